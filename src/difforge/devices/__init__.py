@@ -1,0 +1,72 @@
+"""Device backends behind one protocol, and the parser for ``--device``.
+
+``auto`` picks npu > cuda > xpu > mps > cpu; ``cuda:1`` / ``npu:1`` select an index.
+"""
+
+from __future__ import annotations
+
+from .base import DTYPES, Backend, EnvPreset, dtype_name
+from .cpu import CPUBackend
+from .cuda import CUDABackend
+from .mps import MPSBackend
+from .npu import NPUBackend
+from .xpu import XPUBackend
+
+BACKENDS: dict[str, type[Backend]] = {
+    "cpu": CPUBackend,
+    "cuda": CUDABackend,
+    "npu": NPUBackend,
+    "mps": MPSBackend,
+    "xpu": XPUBackend,
+}
+AUTO_ORDER = ("npu", "cuda", "xpu", "mps", "cpu")
+
+
+def available_backends() -> list[str]:
+    """Names of the backends present on this machine, in auto-selection order."""
+    return [name for name in AUTO_ORDER if BACKENDS[name].is_available()]
+
+
+def get_backend(spec: str | None = "auto") -> Backend:
+    """Parse a device spec (``auto``, ``cpu``, ``cuda``, ``npu:1`` ...) into a ready backend."""
+    from ..errors import DeviceError
+
+    spec = (spec or "auto").strip().lower()
+    if spec == "auto":
+        return BACKENDS[available_backends()[0]]()
+    name, _, idx_text = spec.partition(":")
+    if name not in BACKENDS:
+        known = ", ".join(["auto", *AUTO_ORDER])
+        raise DeviceError(f"Unknown device '{spec}'; use one of {known} (optionally with an index, e.g. cuda:1).")
+    index: int | None = None
+    if idx_text:
+        if not idx_text.isdigit():
+            raise DeviceError(f"Device index in '{spec}' must be a non-negative integer, e.g. {name}:0.")
+        index = int(idx_text)
+    cls = BACKENDS[name]
+    if not cls.is_available():
+        raise DeviceError(
+            f"Device '{name}' is not present on this machine; available: {', '.join(available_backends())}."
+        )
+    if index is not None and name != "cpu":
+        count = cls.device_count()
+        if index >= count:
+            raise DeviceError(f"Device '{spec}' does not exist: this machine has {count} {name} device(s).")
+    return cls(index=None if name in ("cpu", "mps") else index)
+
+
+__all__ = [
+    "AUTO_ORDER",
+    "BACKENDS",
+    "DTYPES",
+    "Backend",
+    "CPUBackend",
+    "CUDABackend",
+    "EnvPreset",
+    "MPSBackend",
+    "NPUBackend",
+    "XPUBackend",
+    "available_backends",
+    "dtype_name",
+    "get_backend",
+]

@@ -1,0 +1,83 @@
+"""User-facing errors.
+
+Every failure a user can cause (bad path, bad checkpoint, bad device, bad image, bad size, out of
+memory) is raised as a :class:`DifforgeError` subclass that carries exactly one sentence telling the
+user what to do.  The CLI prints that sentence and exits with code 2; nothing else reaches the
+terminal, so users never see a traceback wall for their own mistakes.
+"""
+
+from __future__ import annotations
+
+
+class DifforgeError(Exception):
+    """Base of every error difforge reports to a user as a single actionable sentence."""
+
+    exit_code = 2
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:  # one line, always
+        return " ".join(self.message.split())
+
+
+class ModelNotFoundError(DifforgeError):
+    """The --model path does not exist and is not a built-in name."""
+
+
+class ModelFamilyError(DifforgeError):
+    """The folder holds a model of another family than the command needs."""
+
+
+class CheckpointError(DifforgeError):
+    """A checkpoint file is missing, truncated, corrupt or does not match the config."""
+
+
+class DeviceError(DifforgeError):
+    """The device is unknown or not present on this machine."""
+
+
+class DtypeError(DifforgeError):
+    """The dtype is unknown or not supported on the chosen device."""
+
+
+class InputError(DifforgeError):
+    """An input (image, prompt file, argument) cannot be used."""
+
+
+class SizeError(InputError):
+    """Height/width is not a multiple of what the model needs."""
+
+
+class StepsError(InputError):
+    """The number of denoising steps is out of range."""
+
+
+class DeviceOutOfMemoryError(DifforgeError):
+    """The device ran out of memory; the message names the offload plan to try."""
+
+
+def out_of_memory_message(device: str, current_plan: str) -> str:
+    """Suggest the next, leaner memory plan after an out-of-memory failure."""
+    ladder = ["none", "before-decode", "model", "sequential"]
+    idx = ladder.index(current_plan) if current_plan in ladder else 0
+    if idx + 1 < len(ladder):
+        nxt = ladder[idx + 1]
+        hint = f"retry with --offload {nxt}" + (" and --vae-tiling" if nxt != "before-decode" else "")
+    else:
+        hint = "reduce --height/--width or use --vae-tiling"
+    return f"{device} ran out of memory with --offload {current_plan}; {hint}."
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Recognise OOM errors from every backend (CUDA, NPU, MPS, XPU, host allocator)."""
+    import torch
+
+    if isinstance(exc, torch.OutOfMemoryError | MemoryError):
+        return True
+    text = str(exc).lower()
+    return any(
+        s in text
+        for s in ("out of memory", "npu out of memory", "mps backend out of memory", "can't allocate memory")
+    )

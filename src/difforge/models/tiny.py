@@ -1,0 +1,54 @@
+"""Deterministic tiny checkpoints in the real layouts, built on demand into ``DIFFORGE_HOME``.
+
+Same builder version -> same bytes.  Builds go to a temporary folder that is renamed into place,
+so parallel test workers never see a half-built model.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from .registry import difforge_home
+
+#: Bump a builder's version whenever its output bytes change, so caches rebuild.
+TINY_VERSION = "v1"
+
+
+def _builders() -> dict[str, Callable[[Path], None]]:
+    from .qwen_edit.tiny import build_tiny_qwen_edit
+    from .ursa.tiny import build_tiny_ursa
+
+    return {
+        "tiny-ursa": build_tiny_ursa,
+        "tiny-qwen-edit": lambda p: build_tiny_qwen_edit(p, plus=False),
+        "tiny-qwen-edit-plus": lambda p: build_tiny_qwen_edit(p, plus=True),
+    }
+
+
+def tiny_path(name: str) -> Path:
+    return difforge_home() / "models" / f"{name}-{TINY_VERSION}"
+
+
+def ensure_tiny(name: str) -> Path:
+    """Return the folder of built-in tiny model ``name``, building it first if needed."""
+    final = tiny_path(name)
+    if (final / "model_index.json").is_file():
+        return final
+    builder = _builders()[name]
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=final.parent))
+    try:
+        builder(tmp)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not (final / "model_index.json").is_file():  # not a lost race: a real failure
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
