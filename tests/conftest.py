@@ -21,3 +21,26 @@ def tmp_out(tmp_path: Path) -> Path:
     out = tmp_path / "out"
     out.mkdir()
     return out
+
+
+STANDIN_DIR = Path(__file__).resolve().parent / "standin"
+
+
+@pytest.fixture
+def npu_standin(monkeypatch: pytest.MonkeyPatch):
+    """Make ``import torch_npu`` return the CPU stand-in (tests/standin/torch_npu) for one test.
+
+    The stand-in follows the real torch_npu function signatures but computes on the CPU; it lets
+    the NPU code paths run here.  It is not the real library and proves nothing about Ascend
+    kernels' numerics.
+    """
+    import importlib
+    import sys
+
+    monkeypatch.syspath_prepend(str(STANDIN_DIR))
+    for name in [m for m in sys.modules if m == "torch_npu" or m.startswith("torch_npu.")]:
+        monkeypatch.delitem(sys.modules, name)
+    module = importlib.import_module("torch_npu")
+    yield module
+    for name in [m for m in sys.modules if m == "torch_npu" or m.startswith("torch_npu.")]:
+        sys.modules.pop(name, None)
