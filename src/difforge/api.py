@@ -1,0 +1,247 @@
+"""The Python API: ``load_pipeline``, ``generate``, ``edit``, ``validate``.
+
+The CLI, the tests, the demo and users' own scripts all call these functions; the CLI only
+parses arguments and prints.  Every user mistake surfaces as a :class:`~difforge.errors.DifforgeError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from PIL import Image, UnidentifiedImageError
+
+from .config import OFFLOAD_PLANS, RunConfig
+from .devices import Backend, dtype_name, get_backend
+from .errors import DeviceOutOfMemoryError, DifforgeError, InputError, is_out_of_memory, out_of_memory_message
+from .models.registry import QWEN_EDIT, QWEN_EDIT_PLUS, URSA, resolve_model
+from .runtime.atomic import atomic_save
+from .runtime.environment import environment_fingerprint
+from .runtime.record import RunRecord
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff")
+VIDEO_SUFFIXES = (".gif", ".webp", ".mp4")
+
+
+@dataclass
+class RunResult:
+    """What a generation or edit returns: the images, the record, and where they were saved."""
+
+    images: list[Image.Image]
+    record: RunRecord
+    paths: list[Path] = field(default_factory=list)
+
+    @property
+    def image(self) -> Image.Image:
+        return self.images[0]
+
+
+# ---- loading ------------------------------------------------------------------------------------
+
+
+def _pipeline_class(family: str) -> Any:
+    if family == URSA:
+        from .models.ursa import URSAPipeline
+
+        return URSAPipeline
+    if family in (QWEN_EDIT, QWEN_EDIT_PLUS):
+        from .models.qwen_edit import QwenEditPipeline
+
+        return QwenEditPipeline
+    raise DifforgeError(f"No pipeline for model family '{family}'.")
+
+
+def load_pipeline(
+    model: str,
+    device: str = "auto",
+    dtype: str = "auto",
+    cfg: RunConfig | None = None,
+    record: RunRecord | None = None,
+    op_overrides: dict[str, Callable[..., Any]] | None = None,
+    task: str | None = None,
+) -> Any:
+    """Load a model folder or built-in tiny model onto a device, diffusers-style.
+
+    ``task`` ("generate"/"edit") makes a model of the wrong family a clear error.  The returned
+    pipeline is reusable across calls to :func:`run_pipeline`.
+    """
+    cfg = cfg or RunConfig(model=model, device=device, dtype=dtype)
+    if cfg.offload not in OFFLOAD_PLANS:
+        raise InputError(f"Unknown --offload plan '{cfg.offload}'; use one of {', '.join(OFFLOAD_PLANS)}.")
+    backend: Backend = get_backend(device)
+    torch_dtype = backend.resolve_dtype(dtype)
+    folder, family = resolve_model(model, task=task)
+    presets = backend.apply_env_presets()
+    record = record if record is not None else RunRecord(kind=task or "run")
+    record.backend = {**backend.describe(), "dtype": dtype_name(torch_dtype)}
+    for name, value in presets.items():
+        record.adapt(f"env {name}", value, exact=True, detail="preset applied because it was unset")
+    try:
+        return _pipeline_class(family).from_pretrained(
+            folder, backend, torch_dtype, cfg, record, op_overrides=op_overrides
+        )
+    except DifforgeError:
+        raise
+    except Exception as exc:
+        if is_out_of_memory(exc):
+            raise DeviceOutOfMemoryError(out_of_memory_message(str(backend.device), cfg.offload)) from None
+        raise
+
+
+def load_images(paths: Sequence[str | Path]) -> list[Image.Image]:
+    """Decode input images to RGB, mapping every failure to one InputError sentence."""
+    images = []
+    for p in paths:
+        path = Path(p)
+        if not path.is_file():
+            raise InputError(f"Input image {path} does not exist.")
+        try:
+            with Image.open(path) as img:
+                img.load()
+                images.append(img.convert("RGB"))
+        except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError):
+            raise InputError(f"{path} is not an image difforge can decode (PNG, JPEG, WebP, ...).") from None
+    return images
+
+
+def run_pipeline(
+    pipeline: Any,
+    cfg: RunConfig,
+    images: list[Image.Image] | None = None,
+    record: RunRecord | None = None,
+    step_hook: Callable[..., None] | None = None,
+) -> RunResult:
+    """Run a loaded pipeline once (no files written), turning OOM into a clear error."""
+    record = record if record is not None else RunRecord(kind="edit" if images else "generate")
+    record.config = cfg.to_dict()
+    record.config["fingerprint"] = cfg.fingerprint()
+    if not record.backend:
+        record.backend = {**pipeline.backend.describe(), "dtype": dtype_name(pipeline.dtype)}
+    record.environment = environment_fingerprint()
+    try:
+        out = pipeline(cfg, record, images=images, step_hook=step_hook)
+    except DifforgeError:
+        raise
+    except Exception as exc:
+        if is_out_of_memory(exc):
+            raise DeviceOutOfMemoryError(out_of_memory_message(str(pipeline.backend.device), cfg.offload)) from None
+        raise
+    return RunResult(images=list(out), record=record)
+
+
+# ---- saving -------------------------------------------------------------------------------------
+
+
+def save_images(images: list[Image.Image], output: str | Path, record: RunRecord) -> list[Path]:
+    """Save one image (or an animation of frames) atomically and log path + sha256 in the record."""
+    output = Path(output)
+    suffix = output.suffix.lower()
+    with record.phase("save"):
+        if len(images) == 1 and suffix in IMAGE_SUFFIXES:
+            atomic_save(output, lambda tmp: images[0].save(tmp, format=_pil_format(suffix)))
+            paths = [output]
+        elif len(images) > 1 and suffix in (".gif", ".webp"):
+            atomic_save(
+                output,
+                lambda tmp: images[0].save(
+                    tmp, format=_pil_format(suffix), save_all=True, append_images=images[1:], duration=125, loop=0
+                ),
+            )
+            paths = [output]
+        elif len(images) > 1 and suffix == ".mp4":
+            paths = [_save_mp4(images, output)]
+        elif len(images) > 1 and suffix in IMAGE_SUFFIXES:  # one file per frame: out_000.png ...
+            paths = []
+            for i, img in enumerate(images):
+                p = output.with_name(f"{output.stem}_{i:03d}{suffix}")
+                atomic_save(p, lambda tmp, img=img: img.save(tmp, format=_pil_format(suffix)))
+                paths.append(p)
+        else:
+            raise InputError(f"Cannot write {output.name}: use .png/.jpg/.webp for images, .gif/.webp/.mp4 for video.")
+    for p in paths:
+        record.add_output(p)
+    return paths
+
+
+def _pil_format(suffix: str) -> str:
+    return {".jpg": "JPEG", ".jpeg": "JPEG", ".tif": "TIFF", ".tiff": "TIFF"}.get(suffix, suffix[1:].upper())
+
+
+def _save_mp4(frames: list[Image.Image], output: Path) -> Path:
+    try:
+        import imageio.v3 as iio  # optional: needs imageio + imageio-ffmpeg
+    except ImportError:
+        raise InputError("Writing .mp4 needs 'imageio[ffmpeg]'; install it or write .gif/.webp instead.") from None
+    import numpy as np
+
+    arr = np.stack([np.asarray(f) for f in frames])
+    return atomic_save(output, lambda tmp: iio.imwrite(tmp, arr, fps=8, extension=".mp4"))
+
+
+# ---- the two jobs -------------------------------------------------------------------------------
+
+
+def _run(cfg: RunConfig, task: str, images: list[Image.Image] | None) -> RunResult:
+    record = RunRecord(kind=task)
+    pipeline = load_pipeline(cfg.model, cfg.device, cfg.dtype, cfg=cfg, record=record, task=task)
+    result = run_pipeline(pipeline, cfg, images=images, record=record)
+    if cfg.output:
+        result.paths = save_images(result.images, cfg.output, record)
+    if cfg.record:
+        record.save(cfg.record)
+    return result
+
+
+def generate(prompt: str, model: str = "tiny-ursa", **options: Any) -> RunResult:
+    """Text-to-image (URSA). ``options`` are :class:`RunConfig` fields (height, steps, seed, output ...)."""
+    cfg = _config(model=model, prompt=prompt, **options)
+    return _run(cfg, "generate", None)
+
+
+def edit(
+    image: str | Path | Image.Image | Sequence[str | Path | Image.Image],
+    prompt: str,
+    model: str = "tiny-qwen-edit",
+    **options: Any,
+) -> RunResult:
+    """Image editing (Qwen-Image-Edit family). ``image`` may be one or several paths/PIL images."""
+    items = [image] if isinstance(image, str | Path | Image.Image) else list(image)
+    if not items:
+        raise InputError("difforge edit needs at least one --image.")
+    pil = [x.convert("RGB") if isinstance(x, Image.Image) else None for x in items]
+    paths = [str(x) for x in items if not isinstance(x, Image.Image)]
+    decoded = iter(load_images(paths))
+    images = [p if p is not None else next(decoded) for p in pil]
+    cfg = _config(model=model, prompt=prompt, images=paths, **options)
+    return _run(cfg, "edit", images)
+
+
+def validate(**options: Any) -> Any:
+    """Run the acceptance ladder and write the port report (see :mod:`difforge.validate`)."""
+    from .validate import ValidateOptions, run_validation
+
+    return run_validation(ValidateOptions(**options))
+
+
+def _config(**fields: Any) -> RunConfig:
+    known = {f.name for f in dataclasses.fields(RunConfig)}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise InputError(f"Unknown option(s): {', '.join(unknown)}.")
+    return RunConfig(**fields)
+
+
+__all__ = [
+    "RunResult",
+    "edit",
+    "environment_fingerprint",
+    "generate",
+    "load_images",
+    "load_pipeline",
+    "run_pipeline",
+    "save_images",
+    "validate",
+]

@@ -1,0 +1,242 @@
+"""``difforge`` command line: thin wrappers over :mod:`difforge.api`.
+
+Each command parses, calls the API and prints.  A :class:`DifforgeError` becomes one line on
+stderr and exit code 2; any other exception becomes one line too (``DIFFORGE_DEBUG=1`` shows the
+traceback), so users never face a traceback wall.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from .errors import DifforgeError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="difforge: run diffusion image models on any accelerator (Ascend NPU first) and prove the port works.",
+)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _fail(message: str, code: int) -> None:
+    typer.echo(f"difforge: error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def friendly_errors(fn: F) -> F:
+    """Map exceptions to one stderr line and an exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort):
+            raise
+        except DifforgeError as exc:
+            _fail(str(exc), exc.exit_code)
+        except KeyboardInterrupt:
+            _fail("interrupted.", 130)
+        except Exception as exc:
+            if os.environ.get("DIFFORGE_DEBUG"):
+                raise
+            msg = " ".join(str(exc).split())[:300]
+            _fail(f"unexpected {exc.__class__.__name__}: {msg} (set DIFFORGE_DEBUG=1 for the traceback)", 1)
+
+    return wrapper  # type: ignore[return-value]
+
+
+# ---- shared options -----------------------------------------------------------------------------
+Model = Annotated[str, typer.Option("--model", "-m", help="Model folder or built-in name (tiny-ursa, tiny-qwen-edit ...).")]
+Device = Annotated[str, typer.Option(help="auto, cpu, cuda[:i], npu[:i], mps, xpu.")]
+Dtype = Annotated[str, typer.Option(help="auto, float32, bfloat16, float16.")]
+Seed = Annotated[int, typer.Option(help="Seed of the CPU generator all noise comes from.")]
+Offload = Annotated[str, typer.Option(help="Memory plan: none, before-decode, model, sequential.")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
+RecordOpt = Annotated[Path | None, typer.Option("--record", help="Write the RunRecord JSON here.")]
+
+
+def _report(result: Any, record_path: Path | None, quiet: bool) -> None:
+    rec = result.record
+    for p in result.paths:
+        typer.echo(f"image: {p}")
+    if record_path:
+        typer.echo(f"record: {record_path}")
+    if not quiet:
+        phases = ", ".join(f"{k} {v.wall_s:.2f}s" for k, v in rec.phases.items())
+        typer.echo(f"{rec.backend.get('device')} {rec.backend.get('dtype')}: {phases}", err=True)
+
+
+@app.command()
+@friendly_errors
+def generate(
+    prompt: Annotated[str, typer.Option("--prompt", "-p", help="Text prompt.")],
+    model: Model = "tiny-ursa",
+    negative_prompt: Annotated[str | None, typer.Option(help="Negative prompt.")] = None,
+    height: Annotated[int | None, typer.Option(help="Image height (multiple of the VAE stride).")] = None,
+    width: Annotated[int | None, typer.Option(help="Image width (multiple of the VAE stride).")] = None,
+    steps: Annotated[int, typer.Option(help="Denoising steps (>= 2).")] = 25,
+    guidance: Annotated[float, typer.Option(help="Classifier-free guidance scale.")] = 7.0,
+    guidance_trunc: Annotated[float, typer.Option(help="Guidance off once t >= this.")] = 0.9,
+    num_frames: Annotated[int, typer.Option(help="Frames (video models).")] = 1,
+    seed: Seed = 0,
+    device: Device = "auto",
+    dtype: Dtype = "auto",
+    offload: Offload = "none",
+    fast: Annotated[list[str] | None, typer.Option(help="Opt-in approximate optimisation (repeatable).")] = None,
+    disable: Annotated[list[str] | None, typer.Option(help="Switch off an exact optimisation (repeatable).")] = None,
+    output: Annotated[Path, typer.Option("--output", "-o", help="out.png, or out.gif/.webp/.mp4 for video.")] = Path(
+        "out.png"
+    ),
+    record: RecordOpt = None,
+    quiet: Quiet = False,
+) -> None:
+    """Text-to-image with URSA (native, any device)."""
+    from . import api
+
+    result = api.generate(
+        prompt,
+        model=model,
+        negative_prompt=negative_prompt,
+        height=height,
+        width=width,
+        steps=steps,
+        guidance=guidance,
+        guidance_trunc=guidance_trunc,
+        num_frames=num_frames,
+        seed=seed,
+        device=device,
+        dtype=dtype,
+        offload=offload,
+        fast=fast or [],
+        disable=disable or [],
+        output=str(output),
+        record=str(record) if record else None,
+        quiet=quiet,
+    )
+    _report(result, record, quiet)
+
+
+@app.command()
+@friendly_errors
+def edit(
+    image: Annotated[list[Path], typer.Option("--image", "-i", help="Reference image (repeat for Plus models).")],
+    prompt: Annotated[str, typer.Option("--prompt", "-p", help="Edit instruction.")],
+    model: Model = "tiny-qwen-edit",
+    negative_prompt: Annotated[str | None, typer.Option(help="Negative prompt (true CFG needs one).")] = " ",
+    steps: Annotated[int, typer.Option(help="Denoising steps (>= 2).")] = 50,
+    true_cfg: Annotated[float, typer.Option(help="True classifier-free guidance scale.")] = 4.0,
+    seed: Seed = 0,
+    height: Annotated[int | None, typer.Option(help="Output height (multiple of 16).")] = None,
+    width: Annotated[int | None, typer.Option(help="Output width (multiple of 16).")] = None,
+    device: Device = "auto",
+    dtype: Dtype = "auto",
+    offload: Offload = "none",
+    vae_tiling: Annotated[bool, typer.Option(help="Tile the VAE for large images.")] = False,
+    transformer: Annotated[
+        Path | None, typer.Option(help="Transformer-only safetensors (e.g. an FP8 re-pack) replacing the folder's.")
+    ] = None,
+    fast: Annotated[list[str] | None, typer.Option(help="Opt-in approximate optimisation (repeatable).")] = None,
+    disable: Annotated[list[str] | None, typer.Option(help="Switch off an exact optimisation (repeatable).")] = None,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the edited image.")] = Path("out.png"),
+    record: RecordOpt = None,
+    quiet: Quiet = False,
+) -> None:
+    """Edit images with Qwen-Image-Edit / 2509 / 2511 (and FP8 re-packs)."""
+    from . import api
+
+    result = api.edit(
+        [str(p) for p in image],
+        prompt,
+        model=model,
+        negative_prompt=negative_prompt,
+        steps=steps,
+        true_cfg=true_cfg,
+        seed=seed,
+        height=height,
+        width=width,
+        device=device,
+        dtype=dtype,
+        offload=offload,
+        vae_tiling=vae_tiling,
+        transformer_file=str(transformer) if transformer else None,
+        fast=fast or [],
+        disable=disable or [],
+        output=str(output),
+        record=str(record) if record else None,
+        quiet=quiet,
+    )
+    _report(result, record, quiet)
+
+
+@app.command()
+@friendly_errors
+def validate(
+    out: Annotated[Path, typer.Option("--out", help="Report folder.")],
+    model: Model = "tiny-ursa",
+    device: Device = "auto",
+    dtype: Dtype = "auto",
+    reference: Annotated[str, typer.Option(help="Reference as device:dtype.")] = "cpu:float32",
+    image: Annotated[list[Path] | None, typer.Option("--image", "-i", help="Reference image(s) for edit models.")] = None,
+    prompts: Annotated[Path | None, typer.Option(help="File with one prompt per line for the gallery.")] = None,
+    steps: Annotated[int | None, typer.Option(help="Denoising steps.")] = None,
+    height: Annotated[int | None, typer.Option()] = None,
+    width: Annotated[int | None, typer.Option()] = None,
+    rounds: Annotated[int, typer.Option(help="Timed benchmark rounds.")] = 3,
+    warmup: Annotated[int, typer.Option(help="Untimed warm-up rounds.")] = 1,
+    seed: Seed = 0,
+    quick: Annotated[bool, typer.Option(help="Fewer steps/rounds: a fast sanity pass.")] = False,
+    lang: Annotated[str, typer.Option(help="Report prose language: en or zh.")] = "en",
+    quiet: Quiet = False,
+) -> None:
+    """Run the acceptance ladder against a reference and write the port report."""
+    from . import api
+
+    result = api.validate(
+        model=model,
+        device=device,
+        dtype=dtype,
+        reference=reference,
+        images=[str(p) for p in image or []],
+        prompts=str(prompts) if prompts else None,
+        steps=steps,
+        height=height,
+        width=width,
+        rounds=rounds,
+        warmup=warmup,
+        seed=seed,
+        quick=quick,
+        lang=lang,
+        out=str(out),
+        quiet=quiet,
+    )
+    for name, path in result.report_paths.items():
+        typer.echo(f"{name}: {path}")
+    typer.echo(f"verdict: {result.verdict}")
+    raise typer.Exit(result.exit_code)
+
+
+@app.command()
+@friendly_errors
+def doctor(as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False) -> None:
+    """What is installed and usable here: devices, versions, presets, attention/compile backends."""
+    from .doctor import collect_doctor, render_doctor
+
+    info = collect_doctor()
+    typer.echo(json.dumps(info, indent=2, default=str) if as_json else render_doctor(info))
+
+
+def main() -> None:
+    app(prog_name="difforge")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
