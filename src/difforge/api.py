@@ -16,7 +16,14 @@ from PIL import Image, UnidentifiedImageError
 
 from .config import OFFLOAD_PLANS, RunConfig
 from .devices import Backend, dtype_name, get_backend
-from .errors import DeviceOutOfMemoryError, DifforgeError, InputError, is_out_of_memory, out_of_memory_message
+from .errors import (
+    DeviceOutOfMemoryError,
+    DifforgeError,
+    InputError,
+    StepsError,
+    is_out_of_memory,
+    out_of_memory_message,
+)
 from .models.registry import QWEN_EDIT, QWEN_EDIT_PLUS, URSA, resolve_model
 from .runtime.atomic import atomic_save
 from .runtime.environment import environment_fingerprint
@@ -231,7 +238,12 @@ def _config(**fields: Any) -> RunConfig:
     unknown = sorted(set(fields) - known)
     if unknown:
         raise InputError(f"Unknown option(s): {', '.join(unknown)}.")
-    return RunConfig(**fields)
+    cfg = RunConfig(**fields)
+    if cfg.steps is not None and cfg.steps < 2:
+        raise StepsError(f"--steps must be at least 2 (got {cfg.steps}); one step leaves pure noise.")
+    if cfg.offload not in OFFLOAD_PLANS:
+        raise InputError(f"Unknown --offload plan '{cfg.offload}'; use one of {', '.join(OFFLOAD_PLANS)}.")
+    return cfg
 
 
 __all__ = [

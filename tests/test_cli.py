@@ -1,0 +1,236 @@
+"""CLI contract: every bad input gives one sentence on stderr, exit code 2, and no output file."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from difforge.cli import app
+from difforge.models.tiny import ensure_tiny
+
+runner = CliRunner()
+
+
+def _invoke(args: list[str]):
+    return runner.invoke(app, args, catch_exceptions=False)
+
+
+def assert_clean_failure(result, out_dir: Path, needle: str, code: int = 2) -> None:
+    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
+    err = result.stderr.strip()
+    assert err.startswith("difforge: error: "), err
+    assert len(err.splitlines()) == 1, f"expected one line, got: {err!r}"
+    assert "Traceback" not in result.stdout + result.stderr
+    assert needle.lower() in err.lower(), err
+    leftovers = [p.name for p in out_dir.iterdir()]
+    assert leftovers == [] or all(p == "in.png" for p in leftovers), leftovers
+
+
+@pytest.fixture
+def in_png(tmp_out: Path) -> Path:
+    from difforge.demo import synthetic_image
+
+    return synthetic_image(tmp_out / "in.png", size=64)
+
+
+def _copy_model(name: str, dest: Path) -> Path:
+    target = dest / name
+    shutil.copytree(ensure_tiny(name), target)
+    return target
+
+
+# ---- devices, dtypes, options ------------------------------------------------------------------
+
+
+def test_unknown_device(tmp_out: Path) -> None:
+    r = _invoke(["generate", "--prompt", "x", "--device", "tpu", "--output", str(tmp_out / "a.png")])
+    assert_clean_failure(r, tmp_out, "unknown device 'tpu'")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_device_not_present(tmp_out: Path) -> None:
+    r = _invoke(["generate", "--prompt", "x", "--device", "cuda:1", "--output", str(tmp_out / "a.png")])
+    assert_clean_failure(r, tmp_out, "not present")
+
+
+def test_unknown_and_unsupported_dtype(tmp_out: Path) -> None:
+    r = _invoke(["generate", "--prompt", "x", "--device", "cpu", "--dtype", "float8", "--output", str(tmp_out / "a.png")])
+    assert_clean_failure(r, tmp_out, "unknown dtype")
+    r = _invoke(["generate", "--prompt", "x", "--device", "cpu", "--dtype", "float16", "--output", str(tmp_out / "a.png")])
+    assert_clean_failure(r, tmp_out, "not supported on cpu")
+
+
+def test_steps_below_two(tmp_out: Path, in_png: Path) -> None:
+    r = _invoke(["edit", "--image", str(in_png), "--prompt", "x", "--steps", "1", "--output", str(tmp_out / "a.png")])
+    assert_clean_failure(r, tmp_out, "at least 2")
+    r = _invoke(["generate", "--prompt", "x", "--steps", "0", "--output", str(tmp_out / "a.png")])
+    assert_clean_failure(r, tmp_out, "at least 2")
+
+
+def test_unknown_offload_plan(tmp_out: Path) -> None:
+    r = _invoke(["generate", "--prompt", "x", "--offload", "disk", "--output", str(tmp_out / "a.png")])
+    assert_clean_failure(r, tmp_out, "offload")
+
+
+# ---- model folders -------------------------------------------------------------------------------
+
+
+def test_missing_model_folder(tmp_out: Path) -> None:
+    r = _invoke(["generate", "--prompt", "x", "--model", str(tmp_out / "nope"), "--output", str(tmp_out / "a.png")])
+    assert_clean_failure(r, tmp_out, "not found")
+
+
+def test_folder_without_model_index(tmp_path: Path, tmp_out: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    r = _invoke(["generate", "--prompt", "x", "--model", str(tmp_path / "empty"), "--output", str(tmp_out / "a.png")])
+    assert_clean_failure(r, tmp_out, "model_index.json")
+
+
+def test_folder_of_another_family(tmp_out: Path, in_png: Path) -> None:
+    r = _invoke(["generate", "--prompt", "x", "--model", "tiny-qwen-edit", "--output", str(tmp_out / "a.png")])
+    assert_clean_failure(r, tmp_out, "needs a ursa model")
+    r = _invoke(["edit", "--image", str(in_png), "--prompt", "x", "--model", "tiny-ursa", "--output", str(tmp_out / "a.png")])
+    assert_clean_failure(r, tmp_out, "needs a qwen-edit")
+
+
+def test_unsupported_pipeline_class(tmp_path: Path, tmp_out: Path) -> None:
+    folder = tmp_path / "sd"
+    folder.mkdir()
+    (folder / "model_index.json").write_text(json.dumps({"_class_name": "StableDiffusionPipeline"}))
+    r = _invoke(["generate", "--prompt", "x", "--model", str(folder), "--output", str(tmp_out / "a.png")])
+    assert_clean_failure(r, tmp_out, "StableDiffusionPipeline")
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "delete"])
+def test_broken_ursa_weights(tmp_path: Path, tmp_out: Path, damage: str) -> None:
+    folder = _copy_model("tiny-ursa", tmp_path)
+    weights = folder / "transformer" / "diffusion_pytorch_model.safetensors"
+    if damage == "truncate":
+        data = weights.read_bytes()
+        weights.write_bytes(data[: len(data) // 2])
+    elif damage == "garbage":
+        weights.write_bytes(b"\x00\x01not a safetensors file" * 10)
+    else:
+        weights.unlink()
+    r = _invoke(["generate", "--prompt", "x", "--model", str(folder), "--output", str(tmp_out / "a.png")])
+    assert_clean_failure(r, tmp_out, "safetensors")
+
+
+@pytest.mark.parametrize("damage", ["truncate", "missing-shard"])
+def test_broken_qwen_weights(tmp_path: Path, tmp_out: Path, in_png: Path, damage: str) -> None:
+    from safetensors.torch import load_file, save_file
+
+    folder = _copy_model("tiny-qwen-edit", tmp_path)
+    tdir = folder / "transformer"
+    weights = tdir / "diffusion_pytorch_model.safetensors"
+    if damage == "truncate":
+        data = weights.read_bytes()
+        weights.write_bytes(data[: len(data) - 100])
+        needle = "truncated"
+    else:  # re-shard into two files, then lose the second
+        sd = load_file(str(weights))
+        keys = sorted(sd)
+        half = len(keys) // 2
+        names = ["diffusion_pytorch_model-00001-of-00002.safetensors", "diffusion_pytorch_model-00002-of-00002.safetensors"]
+        save_file({k: sd[k] for k in keys[:half]}, str(tdir / names[0]))
+        weight_map = {k: names[0] if i < half else names[1] for i, k in enumerate(keys)}
+        (tdir / "diffusion_pytorch_model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+        weights.unlink()
+        needle = "missing shard"
+    r = _invoke(["edit", "--image", str(in_png), "--prompt", "x", "--model", str(folder), "--steps", "2",
+                 "--output", str(tmp_out / "a.png")])
+    assert_clean_failure(r, tmp_out, needle)
+
+
+# ---- inputs --------------------------------------------------------------------------------------
+
+
+def test_input_not_an_image(tmp_out: Path) -> None:
+    bogus = tmp_out / "in.png"
+    bogus.write_text("definitely not a PNG")
+    r = _invoke(["edit", "--image", str(bogus), "--prompt", "x", "--output", str(tmp_out / "a.png")])
+    assert_clean_failure(r, tmp_out, "not an image")
+
+
+def test_missing_input_image(tmp_out: Path) -> None:
+    r = _invoke(["edit", "--image", str(tmp_out / "nope.png"), "--prompt", "x", "--output", str(tmp_out / "a.png")])
+    assert_clean_failure(r, tmp_out, "does not exist")
+
+
+def test_size_not_multiple_of_stride(tmp_out: Path, in_png: Path) -> None:
+    r = _invoke(["generate", "--prompt", "x", "--height", "100", "--width", "64", "--output", str(tmp_out / "a.png")])
+    assert_clean_failure(r, tmp_out, "multiple")
+    r = _invoke(["edit", "--image", str(in_png), "--prompt", "x", "--height", "70", "--width", "64", "--steps", "2",
+                 "--output", str(tmp_out / "a.png")])
+    assert_clean_failure(r, tmp_out, "multiple")
+
+
+def test_out_of_memory_names_next_plan(tmp_out: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from difforge.models.ursa import URSAPipeline
+
+    def boom(self, *a, **k):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    monkeypatch.setattr(URSAPipeline, "__call__", boom)
+    r = _invoke(["generate", "--prompt", "x", "--output", str(tmp_out / "a.png"), "--record", str(tmp_out / "r.json")])
+    assert_clean_failure(r, tmp_out, "--offload before-decode")
+
+
+def test_unexpected_error_is_one_line(tmp_out: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from difforge.models.ursa import URSAPipeline
+
+    def boom(self, *a, **k):
+        raise RuntimeError("kernel exploded\nwith a second line")
+
+    monkeypatch.setattr(URSAPipeline, "__call__", boom)
+    r = _invoke(["generate", "--prompt", "x", "--output", str(tmp_out / "a.png")])
+    assert_clean_failure(r, tmp_out, "kernel exploded", code=1)
+
+
+# ---- happy paths ---------------------------------------------------------------------------------
+
+
+def test_generate_twice_is_byte_identical_and_records(tmp_out: Path) -> None:
+    outs = []
+    for i in range(2):
+        png, rec = tmp_out / f"a{i}.png", tmp_out / f"a{i}.json"
+        r = _invoke(["generate", "--prompt", "a red circle", "--seed", "0", "--output", str(png), "--record", str(rec),
+                     "--quiet"])
+        assert r.exit_code == 0, r.stderr
+        outs.append(png.read_bytes())
+        data = json.loads(rec.read_text())
+        assert set(data["phases"]) >= {"load", "encode", "denoise", "decode", "save"}
+        assert len(data["step_times_s"]) == 25
+        assert data["outputs"][0]["path"] == str(png)
+        assert data["backend"]["device"] == "cpu"
+    assert outs[0] == outs[1]
+
+
+def test_edit_twice_is_byte_identical_and_plus_takes_two_images(tmp_out: Path, in_png: Path) -> None:
+    outs = []
+    for i in range(2):
+        png = tmp_out / f"e{i}.png"
+        r = _invoke(["edit", "--image", str(in_png), "--prompt", "make it red", "--seed", "0", "--steps", "3",
+                     "--output", str(png), "--quiet"])
+        assert r.exit_code == 0, r.stderr
+        outs.append(png.read_bytes())
+    assert outs[0] == outs[1]
+    rec = tmp_out / "plus.json"
+    r = _invoke(["edit", "--model", "tiny-qwen-edit-plus", "--image", str(in_png), "--image", str(in_png),
+                 "--prompt", "combine", "--steps", "2", "--output", str(tmp_out / "p.png"), "--record", str(rec), "--quiet"])
+    assert r.exit_code == 0, r.stderr
+    data = json.loads(rec.read_text())
+    assert data["config"]["images"] == [str(in_png), str(in_png)]
+    assert len(data["step_times_s"]) == 2
+
+
+def test_doctor_json() -> None:
+    r = _invoke(["doctor", "--json"])
+    assert r.exit_code == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert "torch" in json.dumps(info)
