@@ -94,7 +94,7 @@ def load_pipeline(
         raise
     except Exception as exc:
         if is_out_of_memory(exc):
-            raise DeviceOutOfMemoryError(out_of_memory_message(str(backend.device), cfg.offload)) from None
+            raise DeviceOutOfMemoryError(out_of_memory_message(str(backend), cfg.offload)) from None
         raise
 
 
@@ -134,7 +134,7 @@ def run_pipeline(
         raise
     except Exception as exc:
         if is_out_of_memory(exc):
-            raise DeviceOutOfMemoryError(out_of_memory_message(str(pipeline.backend.device), cfg.offload)) from None
+            raise DeviceOutOfMemoryError(out_of_memory_message(str(pipeline.backend), cfg.offload)) from None
         raise
     return RunResult(images=list(out), record=record)
 
