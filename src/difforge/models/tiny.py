@@ -18,15 +18,16 @@ from .registry import difforge_home
 TINY_VERSION = "v1"
 
 
-def _builders() -> dict[str, Callable[[Path], None]]:
-    from .qwen_edit.tiny import build_tiny_qwen_edit
-    from .ursa.tiny import build_tiny_ursa
+def _builder(name: str) -> Callable[[Path], None]:
+    """Import only the family the name needs (one family's import cost or failure stays its own)."""
+    if name == "tiny-ursa":
+        from .ursa.tiny import build_tiny_ursa
 
-    return {
-        "tiny-ursa": build_tiny_ursa,
-        "tiny-qwen-edit": lambda p: build_tiny_qwen_edit(p, plus=False),
-        "tiny-qwen-edit-plus": lambda p: build_tiny_qwen_edit(p, plus=True),
-    }
+        return build_tiny_ursa
+    from .qwen_edit.tiny import build_tiny_qwen_edit
+
+    plus = name == "tiny-qwen-edit-plus"
+    return lambda folder: build_tiny_qwen_edit(folder, plus=plus)
 
 
 def tiny_path(name: str) -> Path:
@@ -38,7 +39,7 @@ def ensure_tiny(name: str) -> Path:
     final = tiny_path(name)
     if (final / "model_index.json").is_file():
         return final
-    builder = _builders()[name]
+    builder = _builder(name)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=final.parent))
     try:

@@ -1,0 +1,176 @@
+"""Load a Qwen-Image-Edit(-Plus) diffusers pipeline safely and place it on a device.
+
+Loading is strictly local and safetensors-only: the folder is checked first (see
+:mod:`.folder`), then diffusers loads it with ``use_safetensors=True, local_files_only=True`` and
+no remote code.  A transformer-only FP8 file replaces the folder's transformer (see :mod:`.fp8`).
+Every device-specific choice made here (attention kernel, weight format, memory plan) is written
+to the RunRecord.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ...devices import Backend, dtype_name
+from ...errors import CheckpointError, DifforgeError
+from ...runtime.record import RunRecord
+from .compat import apply_processor_shim
+from .folder import CheckedFolder, check_model_folder
+from .fp8 import Fp8FileInfo, fp8_name, load_transformer_file, module_weight_bytes
+
+if TYPE_CHECKING:
+    from diffusers import DiffusionPipeline
+
+
+@dataclass
+class LoadedPipeline:
+    pipe: DiffusionPipeline
+    checked: CheckedFolder
+    transformer_file: Fp8FileInfo | None
+
+
+@contextmanager
+def quiet_hf(quiet: bool) -> Iterator[None]:
+    """Silence diffusers'/transformers' loading progress bars for ``--quiet`` runs."""
+    if not quiet:
+        yield
+        return
+    from diffusers.utils import logging as dlog
+    from transformers.utils import logging as tlog
+
+    d_on, t_on = dlog.is_progress_bar_enabled(), tlog.is_progress_bar_enabled()
+    d_level, t_level = dlog.get_verbosity(), tlog.get_verbosity()
+    dlog.disable_progress_bar()
+    tlog.disable_progress_bar()
+    dlog.set_verbosity_error()
+    tlog.set_verbosity_error()
+    try:
+        yield
+    finally:
+        dlog.set_verbosity(d_level)
+        tlog.set_verbosity(t_level)
+        if d_on:
+            dlog.enable_progress_bar()
+        if t_on:
+            tlog.enable_progress_bar()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else exc.__class__.__name__
+
+
+def load_pipeline(
+    folder: Path, dtype: torch.dtype, record: RunRecord, transformer_file: str | None = None, quiet: bool = False
+) -> LoadedPipeline:
+    """Check ``folder`` and load its edit pipeline on the CPU in ``dtype`` (fp8 transformer if given)."""
+    import diffusers
+
+    apply_processor_shim()
+    folder = Path(folder)
+    checked = check_model_folder(folder, skip_weights=frozenset({"transformer"}) if transformer_file else frozenset())
+    cls = getattr(diffusers, checked.pipeline_class)
+    components: dict[str, Any] = {}
+    info: Fp8FileInfo | None = None
+    if transformer_file:
+        loaded = load_transformer_file(Path(transformer_file), folder / "transformer", dtype)
+        components["transformer"] = loaded.model
+        info = loaded.info
+    try:
+        with quiet_hf(True):  # difforge shows its own progress; HF loading bars are noise on stderr
+            pipe = cls.from_pretrained(
+                str(folder), dtype=dtype, use_safetensors=True, local_files_only=True, **components
+            )
+    except DifforgeError:
+        raise
+    except Exception as exc:  # diffusers/transformers raise many types for a bad component
+        raise CheckpointError(
+            f"Could not load the pipeline in {folder} ({exc.__class__.__name__}: {_first_line(exc)})."
+        ) from None
+    pipe.set_progress_bar_config(disable=True)  # difforge draws its own progress
+    _record_weights(pipe, dtype, info, record)
+    return LoadedPipeline(pipe, checked, info)
+
+
+def _record_weights(pipe: DiffusionPipeline, dtype: torch.dtype, info: Fp8FileInfo | None, record: RunRecord) -> None:
+    transformer = pipe.transformer
+    record.extra["transformer_weight_bytes"] = module_weight_bytes(transformer)
+    record.extra["zero_cond_t"] = bool(transformer.config.get("zero_cond_t", False))
+    if info is None:
+        record.extra["fp8_form"] = None
+        record.adapt("transformer weights", f"{dtype_name(dtype)} (model folder)")
+        return
+    record.extra["fp8_form"] = info.form if info.form != "unquantized" else None
+    record.extra["transformer_file"] = {
+        "path": str(info.path),
+        "form": info.describe(),
+        "file_bytes": info.file_bytes,
+        "zero_cond_t_marker": info.zero_cond_t,
+    }
+    if info.storage_dtype is None:
+        record.adapt("transformer weights", f"{dtype_name(dtype)} from single file", detail=info.describe())
+        return
+    scaled = ", scales applied per forward" if info.form == "scaled" else ""
+    record.adapt(
+        "transformer weights",
+        f"fp8 {fp8_name(info.storage_dtype)} storage, {dtype_name(dtype)} compute",
+        exact=False,
+        detail=f"{info.describe()}{scaled}; biases, norms and non-fp8 tensors in {dtype_name(dtype)}",
+    )
+
+
+def choose_attention(pipe: DiffusionPipeline, backend: Backend, dtype: torch.dtype, record: RunRecord) -> str:
+    """Pick the attention kernel once: the NPU fused kernel where it applies, else PyTorch SDPA."""
+    transformer = pipe.transformer
+    if backend.name == "npu" and backend.has_fused("attention") and dtype in (torch.bfloat16, torch.float16):
+        try:
+            transformer.set_attention_backend("_native_npu")
+        except Exception as exc:  # torch_npu missing or the kernel refused: keep SDPA and say why
+            record.adapt("attention", "torch SDPA (diffusers 'native')", detail=f"_native_npu refused: {_first_line(exc)}")
+            return "native"
+        record.adapt("attention", "torch_npu.npu_fusion_attention (diffusers '_native_npu')")
+        return "_native_npu"
+    why = "" if backend.name != "npu" else "the NPU fused kernel needs bf16/fp16"
+    record.adapt("attention", "torch SDPA (diffusers 'native')", detail=why)
+    return "native"
+
+
+def place(pipe: DiffusionPipeline, backend: Backend, plan: str, vae_tiling: bool, record: RunRecord) -> None:
+    """Apply the memory plan: where each component lives and when it moves."""
+    if plan in ("model", "sequential"):
+        if backend.device.type == "cpu":
+            raise DifforgeError(
+                f"--offload {plan} moves weights between the host and an accelerator, but the device is the CPU;"
+                " use --offload none or before-decode."
+            )
+        try:
+            if plan == "model":
+                pipe.enable_model_cpu_offload(device=backend.device)
+            else:
+                pipe.enable_sequential_cpu_offload(device=backend.device)
+        except (RuntimeError, ValueError) as exc:
+            raise DifforgeError(f"--offload {plan} needs an accelerator diffusers can drive ({_first_line(exc)}).") from None
+        detail = {
+            "model": "accelerate hooks move one whole component to the device when it runs",
+            "sequential": "accelerate hooks stream every layer's weights to the device (slow, least memory)",
+        }[plan]
+        record.adapt("offload", f"diffusers enable_{plan}_cpu_offload", detail=detail)
+    elif plan in ("none", "before-decode"):
+        pipe.to(backend.device)
+        if plan == "before-decode":
+            record.adapt(
+                "offload", "before-decode", detail="transformer and text encoder move to the host before VAE decode"
+            )
+    else:
+        from ...config import OFFLOAD_PLANS
+
+        raise DifforgeError(f"Unknown --offload '{plan}'; use one of {', '.join(OFFLOAD_PLANS)}.")
+    if vae_tiling:
+        pipe.vae.enable_tiling()
+        record.adapt("vae", "tiled decode/encode", exact=False, detail="diffusers AutoencoderKLQwenImage tiling")

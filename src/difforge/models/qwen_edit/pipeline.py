@@ -1,0 +1,368 @@
+"""The Qwen-Image-Edit family pipeline: diffusers' components, difforge's loop.
+
+The stages are those of diffusers' ``QwenImageEditPipeline.__call__`` / ``QwenImageEditPlusPipeline.
+__call__`` (check inputs, encode prompt and references, prepare noise and timesteps, denoise with
+true CFG, decode), run here one by one so each is a timed RunRecord phase, each step is timed and
+observable (``step_hook``), a single step can be recomputed for teacher-forced validation
+(``forward_step``), and the weights can leave the device before the VAE decode.  For the same
+inputs the result equals diffusers' ``__call__`` (tested on the tiny models).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from math import prod
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import PIL.Image
+import torch
+from torch import Tensor
+
+from ...config import RunConfig
+from ...devices import Backend
+from ...errors import InputError, SizeError, StepsError
+from ...runtime.progress import track
+from ...runtime.record import RunRecord
+from ...runtime.steps import StepTimer
+from ..registry import QWEN_EDIT_PLUS
+from .loader import choose_attention, load_pipeline, place
+from .overrides import install_overrides
+from .references import References, check_images, fit_area, prepare_references
+from .settings import EditSettings
+
+DEFAULT_STEPS = 50
+#: diffusers' Qwen prompt template keeps the hidden states after the system prompt's 64 tokens.
+DROPPED_PROMPT_TOKENS = 64
+#: When CFG is on and no negative prompt is given, use the published recipe's " " (diffusers would
+#: otherwise switch CFG off without telling anyone).
+DEFAULT_NEGATIVE_PROMPT = " "
+
+StepHook = Callable[[int, dict[str, Tensor], dict[str, Tensor]], None]
+
+
+def _cpu(t: Tensor) -> Tensor:
+    return t.detach().to("cpu", torch.float32).clone()
+
+
+@dataclass
+class Prepared:
+    """Everything the denoiser needs that does not change between steps, for one RunConfig."""
+
+    key: str
+    height: int
+    width: int
+    prompt_embeds: Tensor
+    prompt_mask: Tensor | None
+    negative_embeds: Tensor | None
+    negative_mask: Tensor | None
+    image_latents: Tensor
+    img_shapes: list[list[tuple[int, int, int]]]
+    noise: Tensor  # packed initial latents
+
+    @property
+    def do_cfg(self) -> bool:
+        return self.negative_embeds is not None
+
+
+class QwenEditPipeline:
+    """Qwen-Image-Edit (one reference) or Edit-Plus 2509/2511 (several references) on one backend."""
+
+    def __init__(
+        self,
+        pipe: Any,
+        family: str,
+        backend: Backend,
+        dtype: torch.dtype,
+        settings: EditSettings,
+        offload: str,
+        folder: Path,
+    ) -> None:
+        self.pipe = pipe
+        self.family = family
+        self.backend = backend
+        self.dtype = dtype
+        self.settings = settings
+        self.offload = offload
+        self.folder = folder
+        self._prepared: Prepared | None = None
+
+    # ---- loading ------------------------------------------------------------------------------
+    @classmethod
+    def from_pretrained(
+        cls,
+        folder: Path,
+        backend: Backend,
+        dtype: torch.dtype,
+        cfg: RunConfig,
+        record: RunRecord,
+        op_overrides: dict[str, Callable] | None = None,
+    ) -> QwenEditPipeline:
+        folder = Path(folder)
+        with record.phase("load", backend):
+            loaded = load_pipeline(folder, dtype, record, transformer_file=cfg.transformer_file, quiet=cfg.quiet)
+            pipe = loaded.pipe
+            settings = EditSettings.from_folder(folder)
+            choose_attention(pipe, backend, dtype, record)
+            installed = install_overrides(pipe.transformer, op_overrides)
+            for name, count in installed.items():
+                fn = op_overrides[name] if op_overrides else None
+                label = getattr(fn, "__qualname__", None) or type(fn).__name__
+                record.adapt(name, f"override: {label}", detail=f"installed on {count} modules of this pipeline only")
+            record.adapt(
+                "rope", "diffusers complex64 RoPE (torch.polar / view_as_complex)",
+                detail="QwenImage's rotary embedding as shipped; devices without complex kernels need a real-valued form",
+            )
+            place(pipe, backend, cfg.offload, cfg.vae_tiling, record)
+        record.extra["family"] = loaded.checked.family
+        record.extra["reference_areas"] = {
+            "reference": settings.reference_area, "condition": settings.condition_area, "output": settings.output_area
+        }
+        return cls(pipe, loaded.checked.family, backend, dtype, settings, cfg.offload, folder)
+
+    # ---- properties ---------------------------------------------------------------------------
+    @property
+    def plus(self) -> bool:
+        return self.family == QWEN_EDIT_PLUS
+
+    @property
+    def device(self) -> torch.device:
+        return self.backend.device
+
+    @property
+    def size_multiple(self) -> int:
+        return int(self.pipe.vae_scale_factor) * 2
+
+    # ---- input checks -------------------------------------------------------------------------
+    def _steps(self, cfg: RunConfig) -> int:
+        steps = DEFAULT_STEPS if cfg.steps is None else int(cfg.steps)
+        if steps < 2:
+            raise StepsError(
+                f"--steps must be at least 2 for Qwen-Image-Edit (got {steps}); its scheduler divides by zero at 1 step."
+            )
+        return steps
+
+    def _size(self, cfg: RunConfig, images: list[PIL.Image.Image]) -> tuple[int, int]:
+        """(height, width): the user's, or the last reference's aspect ratio at the output area."""
+        default_w, default_h = fit_area(self.settings.output_area, images[-1].width / images[-1].height)
+        height = cfg.height or default_h
+        width = cfg.width or default_w
+        m = self.size_multiple
+        if height <= 0 or width <= 0 or height % m or width % m:
+            near_h, near_w = max(m, round(height / m) * m), max(m, round(width / m) * m)
+            raise SizeError(
+                f"--height and --width must be positive multiples of {m} for this model, got {height}x{width};"
+                f" try {near_h}x{near_w}."
+            )
+        return height, width
+
+    def _negative_prompt(self, cfg: RunConfig) -> str | None:
+        if cfg.true_cfg <= 1:
+            return None
+        return DEFAULT_NEGATIVE_PROMPT if cfg.negative_prompt is None else cfg.negative_prompt
+
+    # ---- stages -------------------------------------------------------------------------------
+    def _references(self, images: list[PIL.Image.Image]) -> References:
+        return prepare_references(
+            self.pipe.image_processor, images, self.plus, self.settings.reference_area, self.settings.condition_area
+        )
+
+    @torch.inference_mode()
+    def _prepare(self, cfg: RunConfig, images: list[PIL.Image.Image]) -> Prepared:
+        """Encode prompt(s) and references, draw the initial noise; cached for forward_step."""
+        pipe = self.pipe
+        height, width = self._size(cfg, images)
+        refs = self._references(images)
+        embeds, mask = pipe.encode_prompt(image=refs.prompt_images, prompt=cfg.prompt, device=self.device)
+        negative = self._negative_prompt(cfg)
+        neg_embeds = neg_mask = None
+        if negative is not None:
+            neg_embeds, neg_mask = pipe.encode_prompt(image=refs.prompt_images, prompt=negative, device=self.device)
+        channels = pipe.transformer.config.in_channels // 4
+        noise, image_latents = pipe.prepare_latents(
+            refs.vae_images, 1, channels, height, width, embeds.dtype, self.device, self.backend.generator(cfg.seed)
+        )
+        f = pipe.vae_scale_factor * 2
+        img_shapes = [[(1, height // f, width // f), *[(1, h // f, w // f) for w, h in refs.vae_sizes]]]
+        prepared = Prepared(
+            cfg.fingerprint(), height, width, embeds, mask, neg_embeds, neg_mask, image_latents, img_shapes, noise
+        )
+        self._prepared = prepared
+        return prepared
+
+    def _prepared_for(self, cfg: RunConfig) -> Prepared:
+        if self._prepared is not None and self._prepared.key == cfg.fingerprint():
+            return self._prepared
+        return self._prepare(cfg, _open_images(cfg, self.plus))
+
+    def _timesteps(self, prepared: Prepared, steps: int) -> Tensor:
+        from diffusers.pipelines.qwenimage.pipeline_qwenimage_edit import calculate_shift, retrieve_timesteps
+
+        scheduler = self.pipe.scheduler
+        get = scheduler.config.get
+        mu = calculate_shift(
+            prepared.noise.shape[1],
+            get("base_image_seq_len", 256),
+            get("max_image_seq_len", 4096),
+            get("base_shift", 0.5),
+            get("max_shift", 1.15),
+        )
+        sigmas = np.linspace(1.0, 1 / steps, steps)
+        timesteps, _ = retrieve_timesteps(scheduler, steps, self.device, sigmas=sigmas, mu=mu)
+        scheduler.set_begin_index(0)
+        return timesteps
+
+    def _velocity(self, p: Prepared, latents: Tensor, t: Tensor, true_cfg: float) -> Tensor:
+        """The (true-CFG combined, norm-rescaled) velocity at timestep ``t`` - what the scheduler steps with."""
+        transformer = self.pipe.transformer
+        model_input = torch.cat([latents, p.image_latents], dim=1)
+        timestep = t.expand(latents.shape[0]).to(latents.dtype) / 1000
+        n = latents.shape[1]
+
+        def run(embeds: Tensor, mask: Tensor | None) -> Tensor:
+            out = transformer(
+                hidden_states=model_input,
+                timestep=timestep,
+                guidance=None,
+                encoder_hidden_states_mask=mask,
+                encoder_hidden_states=embeds,
+                img_shapes=p.img_shapes,
+                attention_kwargs={},
+                return_dict=False,
+            )[0]
+            return out[:, :n]
+
+        with transformer.cache_context("cond"):
+            cond = run(p.prompt_embeds, p.prompt_mask)
+        if not p.do_cfg:
+            return cond
+        with transformer.cache_context("uncond"):
+            uncond = run(p.negative_embeds, p.negative_mask)
+        combined = uncond + true_cfg * (cond - uncond)
+        return combined * (torch.norm(cond, dim=-1, keepdim=True) / torch.norm(combined, dim=-1, keepdim=True))
+
+    def _denoise(
+        self, cfg: RunConfig, p: Prepared, steps: int, record: RunRecord, step_hook: StepHook | None
+    ) -> Tensor:
+        scheduler = self.pipe.scheduler
+        timesteps = self._timesteps(p, steps)
+        latents = p.noise
+        timer = StepTimer(self.backend)
+        timer.start()
+        for i, t in track(enumerate(timesteps), total=len(timesteps), description="denoise", quiet=cfg.quiet):
+            velocity = self._velocity(p, latents, t, cfg.true_cfg)
+            stepped = scheduler.step(velocity, t, latents, return_dict=False)[0]
+            if step_hook is not None:
+                step_hook(
+                    i,
+                    {"latents": _cpu(latents), "timestep": _cpu(t)},
+                    {"noise_pred": _cpu(velocity), "latents": _cpu(stepped)},
+                )
+            latents = stepped
+            timer.mark()
+        record.step_times_s = timer.durations()
+        return latents
+
+    def _release_before_decode(self) -> None:
+        """``before-decode``: only the VAE stays on the device for the decode."""
+        self.pipe.transformer.to("cpu")
+        self.pipe.text_encoder.to("cpu")
+        self.backend.empty_cache()
+
+    def _restore_after_release(self) -> None:
+        if self.offload == "before-decode":
+            self.pipe.text_encoder.to(self.device)
+            self.pipe.transformer.to(self.device)
+
+    def decode(self, latents: Tensor, height: int, width: int) -> list[PIL.Image.Image]:
+        """Packed latents -> PIL images (unpack, undo the latent normalisation, VAE decode)."""
+        pipe, vae = self.pipe, self.pipe.vae
+        z = vae.config.z_dim
+        latents = pipe._unpack_latents(latents, height, width, pipe.vae_scale_factor).to(vae.dtype)
+        mean = torch.tensor(vae.config.latents_mean).view(1, z, 1, 1, 1).to(latents.device, latents.dtype)
+        inv_std = 1.0 / torch.tensor(vae.config.latents_std).view(1, z, 1, 1, 1).to(latents.device, latents.dtype)
+        latents = latents / inv_std + mean
+        image = vae.decode(latents, return_dict=False)[0][:, :, 0]
+        return pipe.image_processor.postprocess(image, output_type="pil")
+
+    # ---- the run ------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def __call__(
+        self,
+        cfg: RunConfig,
+        record: RunRecord,
+        images: list[PIL.Image.Image] | None = None,
+        step_hook: StepHook | None = None,
+    ) -> list[PIL.Image.Image]:
+        images = check_images(images, self.plus)
+        steps = self._steps(cfg)
+        self._size(cfg, images)  # size errors before any work
+        self._restore_after_release()
+        with record.phase("encode", self.backend):
+            prepared = self._prepare(cfg, images)
+        with record.phase("denoise", self.backend):
+            latents = self._denoise(cfg, prepared, steps, record, step_hook)
+        if self.offload == "before-decode":
+            self._release_before_decode()
+        with record.phase("decode", self.backend):
+            out = self.decode(latents, prepared.height, prepared.width)
+        self.pipe.maybe_free_model_hooks()
+        record.extra["tokens"] = self._token_counts(prepared)
+        record.extra["steps"] = steps
+        record.extra["true_cfg"] = prepared.do_cfg
+        record.extra["output_size"] = [prepared.width, prepared.height]
+        return out
+
+    @torch.inference_mode()
+    def forward_step(self, cfg: RunConfig, i: int, inputs: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Recompute step ``i``'s velocity from recorded inputs (teacher forcing); CPU float32 out."""
+        p = self._prepared_for(cfg)
+        self._restore_after_release()
+        latents = inputs["latents"].to(self.device, p.noise.dtype)
+        t = inputs["timestep"].to(self.device, torch.float32).reshape(())
+        velocity = self._velocity(p, latents, t, cfg.true_cfg)
+        return {"noise_pred": _cpu(velocity)}
+
+    # ---- introspection for validation ---------------------------------------------------------
+    def transformer_blocks(self) -> list[tuple[str, torch.nn.Module]]:
+        return [(f"transformer_blocks.{i}", block) for i, block in enumerate(self.pipe.transformer.transformer_blocks)]
+
+    @staticmethod
+    def _token_counts(p: Prepared) -> dict[str, int]:
+        image = sum(prod(s) for s in p.img_shapes[0])
+        return {
+            "image": image,
+            "output_image": prod(p.img_shapes[0][0]),
+            "text": int(p.prompt_embeds.shape[1]),
+            "negative_text": int(p.negative_embeds.shape[1]) if p.negative_embeds is not None else 0,
+        }
+
+    def component_inputs(self, cfg: RunConfig) -> dict[str, dict[str, Tensor]]:
+        from .components import component_inputs
+
+        return component_inputs(self, cfg)
+
+    def run_component(self, name: str, inputs: dict[str, Tensor]) -> Tensor:
+        from .components import run_component
+
+        self._restore_after_release()
+        return run_component(self, name, inputs)
+
+    def flops_per_step(self, cfg: RunConfig) -> dict[str, Any]:
+        from .components import flops_per_step
+
+        return flops_per_step(self, cfg)
+
+
+def _open_images(cfg: RunConfig, plus: bool) -> list[PIL.Image.Image]:
+    """The reference images named in ``cfg.images`` (forward_step without a preceding run)."""
+    images: list[PIL.Image.Image] = []
+    for path in cfg.images:
+        try:
+            with PIL.Image.open(path) as img:
+                images.append(img.convert("RGB"))
+        except (OSError, ValueError) as exc:
+            raise InputError(f"Cannot read reference image {path} ({exc.__class__.__name__}).") from None
+    return check_images(images, plus)

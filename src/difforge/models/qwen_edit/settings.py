@@ -1,0 +1,43 @@
+"""Per-model run settings difforge reads from an optional ``difforge.json`` in the model folder.
+
+Both edit pipelines resize every reference image to about 1024² before the VAE and (Plus) to
+about 384² for the vision-language encoder, whatever output size is asked for.  That is right for
+the real models and ruinous for tiny test models on a CPU (the 1024² VAE encode dominates).  The
+tiny checkpoints therefore carry smaller areas here; real checkpoints have no such file and get
+the diffusers defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from ...errors import CheckpointError
+from ..checkpoint import read_json
+
+SETTINGS_FILE = "difforge.json"
+
+
+@dataclass(frozen=True)
+class EditSettings:
+    """Target pixel areas; each resize keeps the image's aspect ratio, sides rounded to 32."""
+
+    reference_area: int = 1024 * 1024  # what the VAE encodes (and, for Edit, what the VL encoder sees)
+    condition_area: int = 384 * 384  # what the VL encoder sees in Edit-Plus
+    output_area: int = 1024 * 1024  # the default output size when --height/--width are not given
+
+    @classmethod
+    def from_folder(cls, folder: Path) -> EditSettings:
+        path = Path(folder) / SETTINGS_FILE
+        if not path.is_file():
+            return cls()
+        data = read_json(path)
+        known = {f.name for f in fields(cls)}
+        values: dict[str, int] = {}
+        for key, value in data.items():
+            if key not in known:
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value < 32 * 32:
+                raise CheckpointError(f"{path}: '{key}' must be an integer area of at least 1024 pixels.")
+            values[key] = value
+        return cls(**values)

@@ -1,0 +1,161 @@
+"""Configs of URSA's components, read from the checkpoint's JSON files.
+
+The reference builds its Qwen3 backbone from only the keys ``URSATransformer3DModel`` declares, so
+``head_dim`` and ``rms_norm_eps`` always take Qwen3's defaults (128 and 1e-6) whatever config.json
+says.  difforge does the same: the weights were trained that way, and honouring a stray key would
+build a different network from the one the reference runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ...errors import CheckpointError
+
+#: Keys the reference transformer class declares (everything else in config.json is dropped).
+TRANSFORMER_KEYS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "num_hidden_layers",
+    "max_window_layers",
+    "rope_theta",
+    "vocab_size",
+    "lm_vocab_size",
+    "lm_head_size",
+    "bov_token_id",
+)
+
+
+@dataclass(frozen=True)
+class URSATransformerConfig:
+    """Shape of the Qwen3-style URSA transformer.  Defaults are the 1.7B FSQ model's."""
+
+    hidden_size: int = 2048
+    intermediate_size: int = 6144
+    num_attention_heads: int = 16
+    num_key_value_heads: int = 8
+    num_hidden_layers: int = 28
+    max_window_layers: int = 28
+    rope_theta: float = 1000000
+    vocab_size: int = 215669
+    lm_vocab_size: int = 151669
+    lm_head_size: int = 64000
+    bov_token_id: int = 151652
+    head_dim: int = 128  # Qwen3Config default; the reference never reads config.json's value
+    rms_norm_eps: float = 1e-6  # likewise
+    ignored_keys: tuple[str, ...] = field(default=(), compare=False)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> URSATransformerConfig:
+        """Read the declared keys; list the rest (``head_dim`` included) in ``ignored_keys``."""
+        kwargs = {k: data[k] for k in TRANSFORMER_KEYS if k in data}
+        ignored = tuple(sorted(k for k in data if k not in TRANSFORMER_KEYS and not k.startswith("_")))
+        try:
+            cfg = cls(**kwargs, ignored_keys=ignored)
+        except TypeError as exc:
+            raise CheckpointError(f"transformer/config.json is malformed ({exc}).") from None
+        for name in TRANSFORMER_KEYS:
+            if not isinstance(getattr(cfg, name), int | float) or getattr(cfg, name) <= 0:
+                raise CheckpointError(f"transformer/config.json: '{name}' must be a positive number.")
+        if cfg.num_attention_heads % cfg.num_key_value_heads:
+            raise CheckpointError(
+                "transformer/config.json: num_attention_heads must be a multiple of num_key_value_heads."
+            )
+        return cfg
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("ignored_keys")
+        return data
+
+
+@dataclass(frozen=True)
+class VQConfig:
+    """``AutoencoderVQ`` (IBQ, 2-D) config.  Keys starting with ``_`` are ignored, like the reference."""
+
+    in_channels: int = 3
+    out_channels: int = 3
+    block_out_channels: tuple[int, ...] = (128, 256, 512, 512)
+    layers_per_block: int = 2
+    latent_channels: int = 16
+    num_vq_embeddings: int = 16384
+    vq_embed_dim: int = 8
+    attn_down_block: bool = False
+    attn_up_block: bool = False
+    # AutoencoderVQ's class defaults.  The reference pipeline's own fallback (4 / 8) never fires for
+    # this class, because diffusers fills every missing key with the class default first.
+    temporal_stride: int = 1
+    spatial_stride: int = 16
+    decoder_dtype: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> VQConfig:
+        names = cls.__dataclass_fields__
+        kwargs = {k: v for k, v in data.items() if k in names}
+        if "block_out_channels" in kwargs:
+            kwargs["block_out_channels"] = tuple(int(c) for c in kwargs["block_out_channels"])
+        try:
+            cfg = cls(**kwargs)
+        except TypeError as exc:
+            raise CheckpointError(f"vae/config.json is malformed ({exc}).") from None
+        if any(c % 32 for c in cfg.block_out_channels):
+            raise CheckpointError("vae/config.json: every block_out_channels entry must be a multiple of 32.")
+        if cfg.decoder_dtype not in (None, "float32", "float16", "bfloat16"):
+            raise CheckpointError(f"vae/config.json: unknown decoder_dtype '{cfg.decoder_dtype}'.")
+        return cfg
+
+    @property
+    def decoder_upscale(self) -> int:
+        """Pixels per latent cell that the decoder really produces."""
+        return 2 ** (len(self.block_out_channels) - 1)
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """``KineticOptimalScheduler``: ``alpha`` null selects the mixture path, numbers the metric path."""
+
+    alpha: float | None = None
+    c: float | None = None
+    shift: float = 1.0
+    eps: float = 1e-5
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SchedulerConfig:
+        cfg = cls(
+            alpha=data.get("alpha"),
+            c=data.get("c"),
+            shift=float(data.get("shift", 1.0)),
+            eps=float(data.get("eps", 1e-5)),
+        )
+        if cfg.alpha is not None and cfg.c is None:
+            raise CheckpointError("scheduler/scheduler_config.json sets 'alpha' but not 'c' (the metric path needs both).")
+        return cfg
+
+    @property
+    def path(self) -> str:
+        return "mixture" if self.alpha is None else "metric"
+
+
+def check_consistency(t: URSATransformerConfig, vae: VQConfig, codebook_rows: int) -> None:
+    """The four codebook sizes a checkpoint states must agree (spec: four-way check)."""
+    sizes = {
+        "transformer lm_head_size": t.lm_head_size,
+        "vae num_vq_embeddings": vae.num_vq_embeddings,
+        "scheduler codebook rows": codebook_rows,
+        "transformer vocab_size - lm_vocab_size": t.vocab_size - t.lm_vocab_size,
+    }
+    if len(set(sizes.values())) != 1:
+        listing = ", ".join(f"{k} = {v}" for k, v in sizes.items())
+        raise CheckpointError(f"The checkpoint's codebook sizes disagree ({listing}); the folder mixes components.")
+    if not 0 <= t.bov_token_id < t.lm_vocab_size:
+        raise CheckpointError(
+            f"transformer bov_token_id {t.bov_token_id} is outside the text vocabulary (0..{t.lm_vocab_size - 1})."
+        )
+    if vae.decoder_upscale != vae.spatial_stride:
+        raise CheckpointError(
+            f"vae/config.json says spatial_stride {vae.spatial_stride} but its decoder upsamples by "
+            f"{vae.decoder_upscale}; fix the config."
+        )

@@ -1,0 +1,122 @@
+"""Load an URSA checkpoint folder into difforge's own modules, strictly and without running its code.
+
+Components are found by the *class name* in ``model_index.json`` (the library element - a module
+path, ``__transformer__``, ``transformers`` ... - is ignored, and ``.py`` files in the folder are
+never imported).  Weights come only from safetensors and the scheduler's ``.pth`` is read
+statically.  Every problem is one :class:`~difforge.errors.CheckpointError` sentence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ...errors import CheckpointError, ModelFamilyError
+from ..checkpoint import load_component_state_dict, read_json
+from .config import SchedulerConfig, URSATransformerConfig, VQConfig, check_consistency
+from .pth import read_pth_tensors
+from .scheduler import DFMScheduler
+from .tokenizer import PromptTokenizer
+from .transformer import URSATransformer
+from .vae import AutoencoderVQ
+
+COMPONENT_CLASSES = {
+    "transformer": ("URSATransformer3DModel",),
+    "vae": ("AutoencoderVQ", "AutoencoderVQCosmos3D"),
+    "scheduler": ("KineticOptimalScheduler",),
+    "tokenizer": None,  # any tokenizer class: difforge reads tokenizer.json itself
+}
+
+
+def component_classes(folder: Path) -> dict[str, str]:
+    """``{component: ClassName}`` from model_index.json, checking each component URSA needs."""
+    index = read_json(folder / "model_index.json")
+    if index.get("_class_name") != "URSAPipeline":
+        raise ModelFamilyError(f"{folder} holds a '{index.get('_class_name')}' model, not an URSAPipeline.")
+    out: dict[str, str] = {}
+    for name, allowed in COMPONENT_CLASSES.items():
+        entry = index.get(name)
+        if isinstance(entry, list | tuple) and len(entry) == 2 and isinstance(entry[1], str):
+            cls = entry[1]
+        elif isinstance(entry, str):  # save_pretrained's bare-name form
+            cls = entry
+        else:
+            raise CheckpointError(f"{folder / 'model_index.json'} has no usable '{name}' entry.")
+        if allowed is not None and cls not in allowed:
+            raise ModelFamilyError(f"URSA component '{name}' is a {cls}; difforge knows {', '.join(allowed)}.")
+        if not (folder / name).is_dir():
+            raise CheckpointError(f"Missing component folder {folder / name}.")
+        out[name] = cls
+    if out["vae"] == "AutoencoderVQCosmos3D":
+        raise ModelFamilyError(
+            f"{folder} is an FSQ video URSA checkpoint (AutoencoderVQCosmos3D); difforge decodes only IBQ image models so far."
+        )
+    return out
+
+
+def load_strict(module: nn.Module, state: dict[str, torch.Tensor], where: str) -> None:
+    """``load_state_dict(strict=True, assign=True)`` with one-sentence errors naming the first bad key."""
+    expected = module.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing:
+        raise CheckpointError(f"{where} lacks weight '{missing[0]}' ({len(missing)} missing); the file does not match its config.")
+    if unexpected:
+        raise CheckpointError(f"{where} has unexpected weight '{unexpected[0]}' ({len(unexpected)} extra); the file does not match its config.")
+    for key, ref in expected.items():
+        if tuple(state[key].shape) != tuple(ref.shape):
+            raise CheckpointError(
+                f"{where} weight '{key}' has shape {tuple(state[key].shape)}, the config implies {tuple(ref.shape)}."
+            )
+    module.load_state_dict(state, strict=True, assign=True)
+    module.requires_grad_(False)
+    module.eval()
+
+
+@dataclass
+class URSACheckpoint:
+    """Configs and host-side modules of one folder (weights on the CPU, in the checkpoint dtype)."""
+
+    folder: Path
+    classes: dict[str, str]
+    transformer_config: URSATransformerConfig
+    vae_config: VQConfig
+    scheduler_config: SchedulerConfig
+    codebook: torch.Tensor
+    tokenizer: PromptTokenizer
+
+    @classmethod
+    def read_configs(cls, folder: Path) -> URSACheckpoint:
+        classes = component_classes(folder)
+        tcfg = URSATransformerConfig.from_dict(read_json(folder / "transformer" / "config.json"))
+        vcfg = VQConfig.from_dict(read_json(folder / "vae" / "config.json"))
+        scfg = SchedulerConfig.from_dict(read_json(folder / "scheduler" / "scheduler_config.json"))
+        tensors = read_pth_tensors(folder / "scheduler" / "scheduler_model.pth")
+        emb = tensors.get("path.emb")
+        if emb is None or emb.dim() != 2:
+            raise CheckpointError(f"{folder / 'scheduler' / 'scheduler_model.pth'} has no 2-D 'path.emb' tensor.")
+        check_consistency(tcfg, vcfg, int(emb.shape[0]))
+        tokenizer = PromptTokenizer.from_folder(folder / "tokenizer")
+        if len(tokenizer) > tcfg.lm_vocab_size:
+            raise CheckpointError(
+                f"The tokenizer has {len(tokenizer)} ids but transformer lm_vocab_size is {tcfg.lm_vocab_size}."
+            )
+        return cls(folder, classes, tcfg, vcfg, scfg, emb, tokenizer)
+
+    def load_transformer(self) -> URSATransformer:
+        with torch.device("meta"):
+            model = URSATransformer(self.transformer_config)
+        load_strict(model, load_component_state_dict(self.folder / "transformer"), str(self.folder / "transformer"))
+        return model
+
+    def load_vae(self) -> AutoencoderVQ:
+        with torch.device("meta"):
+            vae = AutoencoderVQ(self.vae_config)
+        load_strict(vae, load_component_state_dict(self.folder / "vae"), str(self.folder / "vae"))
+        return vae
+
+    def scheduler(self) -> DFMScheduler:
+        return DFMScheduler(self.scheduler_config, self.codebook)

@@ -1,0 +1,153 @@
+"""Discrete flow matching sampler (URSA's ``KineticOptimalScheduler``) on the metric or mixture path.
+
+The random stream is the contract: for each non-final step the reference draws (1) a categorical
+sample x1 from softmax(logits), (2) one uniform per token, (3) a categorical sample for the tokens
+that jump; the final step draws only (1).  Operation order below follows the reference wherever it
+decides rounding - notably the distance buffer is written into the logits tensor's own storage (so it
+takes the logits dtype) while the codebook terms stay float16.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from .config import SchedulerConfig
+from .sampling import categorical, skip_categorical, uniform
+
+
+def timestep_t(i: int, num_steps: int, shift: float = 1.0) -> float:
+    """Continuous time of step ``i``: ``1 - s*sigma / (1 + (s-1)*sigma)`` with ``sigma = 1 - i/N``."""
+    sigma = 1 - i / num_steps
+    return 1 - shift * sigma / (1 + (shift - 1) * sigma)
+
+
+@dataclass
+class MetricPath:
+    """Metric-induced path over an L2-normalised float16 codebook."""
+
+    emb: torch.Tensor  # [K, D] normalised codebook (float16)
+    emb_sumsq: torch.Tensor  # [K]
+    emb_mul2t: torch.Tensor  # [D, K] = 2 * emb^T
+    alpha: float
+    c: float
+    eps: float
+
+    @classmethod
+    def build(cls, codebook: torch.Tensor, alpha: float, c: float, eps: float) -> MetricPath:
+        emb = F.normalize(codebook, dim=-1, eps=eps)
+        return cls(emb, emb.square().sum(-1), emb.mul(2).T.contiguous(), float(alpha), float(c), float(eps))
+
+    def to(self, device: torch.device) -> MetricPath:
+        return MetricPath(self.emb.to(device), self.emb_sumsq.to(device), self.emb_mul2t.to(device), self.alpha, self.c, self.eps)
+
+    def beta(self, t: float) -> float:
+        return self.c * (t / (1 - t)) ** self.alpha
+
+    def d_beta(self, t: float) -> float:
+        numerator = self.c * self.alpha * (t ** (self.alpha - 1)) if t > 0 else 0
+        return numerator / (1 - t) ** (self.alpha + 1)
+
+    def dist_to_codebook(self, e: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``|e'|^2 + |E_k|^2 - e'.(2E_k)`` with e' = e renormalised; written into ``out`` when given."""
+        e = F.normalize(e, dim=-1, eps=self.eps)
+        return torch.add(e.square().sum(-1, True), self.emb_sumsq, out=out).sub_(e @ self.emb_mul2t)
+
+    def pair_dist(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        a, b = F.normalize(a, dim=-1, eps=self.eps), F.normalize(b, dim=-1, eps=self.eps)
+        return a.sub(b).abs_().square_().sum(-1, keepdim=True)
+
+    def velocity(self, logits: torch.Tensor, x_t: torch.Tensor, t: float, generator: torch.Generator) -> torch.Tensor:
+        """Rate of jumping to each code; overwrites ``logits`` (it becomes the distance buffer)."""
+        d_beta = self.d_beta(t)
+        emb_x1 = self.emb[categorical(logits.softmax(-1), generator)]
+        dist = self.dist_to_codebook(emb_x1, out=logits)
+        prob = dist.mul(-self.beta(t)).softmax(-1)
+        d0 = self.pair_dist(self.emb[x_t], emb_x1)
+        dist = torch.relu_(dist.sub_(d0).neg_())
+        return prob.mul_(d_beta).mul_(dist)
+
+    def add_noise(self, x1: torch.Tensor, t: float, generator: torch.Generator) -> torch.Tensor:
+        """Sample x_t ~ softmax(-beta(t) * D(E[x1], .)), wholly in the codebook dtype."""
+        return categorical(self.dist_to_codebook(self.emb[x1]).mul_(-self.beta(t)).softmax(-1), generator)
+
+
+@dataclass
+class MixturePath:
+    """Uniform-noise mixture path (``alpha: null``)."""
+
+    codebook_size: int
+
+    def to(self, device: torch.device) -> MixturePath:
+        return self
+
+    def velocity(self, logits: torch.Tensor, x_t: torch.Tensor, t: float, generator: torch.Generator) -> torch.Tensor:
+        x1 = categorical(logits.softmax(-1), generator)
+        return logits.zero_().scatter_(-1, x1.unsqueeze(-1), 1 / (1 - t))
+
+    def add_noise(self, x1: torch.Tensor, t: float, generator: torch.Generator) -> torch.Tensor:
+        """Keep x1 where a uniform draw is >= 1 - t, else a uniformly random code."""
+        tt = torch.tensor(t, dtype=torch.float16)  # the reference keeps t in the codebook dtype here
+        x0 = torch.empty(x1.shape, dtype=x1.dtype).random_(to=self.codebook_size, generator=generator)
+        u = torch.empty(x1.shape, dtype=torch.float16).uniform_(generator=generator)
+        keep_noise = u.lt(1 - tt).to(x1.device)
+        return x0.to(x1.device).where(keep_noise, x1)
+
+
+class DFMScheduler:
+    """Step rule and timesteps.  ``codebook`` is ``scheduler_model.pth``'s ``path.emb`` (kept float16)."""
+
+    def __init__(self, cfg: SchedulerConfig, codebook: torch.Tensor) -> None:
+        self.config = cfg
+        self.codebook_size = int(codebook.shape[0])
+        self.path: MetricPath | MixturePath
+        if cfg.alpha is None:
+            self.path = MixturePath(self.codebook_size)
+        else:
+            self.path = MetricPath.build(codebook.to(torch.float16), cfg.alpha, cfg.c, cfg.eps)  # type: ignore[arg-type]
+
+    @property
+    def is_metric(self) -> bool:
+        return isinstance(self.path, MetricPath)
+
+    def to(self, device: torch.device) -> DFMScheduler:
+        self.path = self.path.to(device)
+        return self
+
+    def t(self, i: int, num_steps: int) -> float:
+        return timestep_t(i, num_steps, self.config.shift)
+
+    def timesteps(self, num_steps: int) -> list[float]:
+        return [self.t(i, num_steps) for i in range(num_steps)]
+
+    def step(
+        self, logits: torch.Tensor, i: int, num_steps: int, x: torch.Tensor, generator: torch.Generator
+    ) -> torch.Tensor:
+        """Tokens after step ``i``.  ``logits [B, N, K]`` is consumed (overwritten); ``x [B, N]`` is not."""
+        if i == num_steps - 1:
+            return categorical(logits.softmax(-1), generator)
+        t = self.t(i, num_steps)
+        dt = self.t(i + 1, num_steps) - t
+        v = self.path.velocity(logits, x, t, generator)
+        u = uniform(tuple(x.shape), v.dtype, x.device, generator)
+        thresh = 1 - v.scatter_(-1, x[..., None], 0).sum(-1).mul_(-dt).exp_()
+        out, jump = x.clone(), u < thresh
+        out[jump] = categorical(v[jump], generator)
+        return out
+
+    def skip_first_step(self, shape: tuple[int, int, int], dtype: torch.dtype, generator: torch.Generator) -> None:
+        """Metric path, step 0 (t = 0): no token can move (the rate is exactly 0), so only advance the stream.
+
+        The three draws are: the x1 categorical over ``[B*N, K]``, ``B*N`` uniforms, and a categorical
+        over zero jumping rows (which draws nothing).
+        """
+        if not self.is_metric:
+            raise ValueError("skip_first_step holds only on the metric path.")
+        b, n, k = shape
+        skip_categorical((b * n, k), dtype, generator)
+        torch.empty((b, n), dtype=dtype).uniform_(generator=generator)
+
+    def add_noise(self, x1: torch.Tensor, t: float, generator: torch.Generator) -> torch.Tensor:
+        return self.path.add_noise(x1, t, generator)

@@ -1,0 +1,143 @@
+"""OpSet: the implementation of every portable op a model uses, chosen once at load time.
+
+A model instance holds its own OpSet (never module-level state), so two models in one process can
+run different implementations side by side - validation loads a reference and a device under test
+together, and may inject a deliberately broken op into one of them through ``overrides``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from . import activation, attention, norm, rotary
+
+if TYPE_CHECKING:
+    from ..devices import Backend
+    from ..runtime.record import RunRecord
+
+OP_NAMES = ("rms_norm", "swiglu", "rotary", "attention")
+
+
+@dataclass(frozen=True)
+class OpChoice:
+    """What implements one op, and whether it is bit-identical to the plain PyTorch path."""
+
+    name: str
+    exact: bool
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class OpSet:
+    """Callables for one model instance.
+
+    ``rms_norm(x, weight, eps)``; ``swiglu(gate, up)``; ``swiglu_packed(gate_up)`` is set when the
+    backend's kernel wants the concatenated ``[gate, up]`` projection (the model then packs its two
+    weights into one at load time); ``rope_table(cos, sin)`` prepares per-forward tables that
+    ``rotary(x, table)`` consumes; ``attention(q, k, v)`` takes and returns ``[B, L, heads, d]``.
+    ``index_dtype`` is the integer dtype ids are cast to before any embedding lookup.
+    """
+
+    rms_norm: Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
+    swiglu: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    rope_table: Callable[[torch.Tensor, torch.Tensor], Any]
+    rotary: Callable[[torch.Tensor, Any], torch.Tensor]
+    attention: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+    swiglu_packed: Callable[[torch.Tensor], torch.Tensor] | None = None
+    index_dtype: torch.dtype = torch.int64
+    choices: Mapping[str, OpChoice] = field(default_factory=dict)
+
+    def names(self) -> dict[str, str]:
+        return {k: v.name for k, v in self.choices.items()}
+
+    def record_to(self, record: RunRecord) -> None:
+        """Log each op's implementation as an adaptation of the run."""
+        for what, choice in self.choices.items():
+            record.adapt(what, choice.name, exact=choice.exact, detail=choice.detail)
+
+
+def plain_ops() -> OpSet:
+    """The portable reference implementation: what a CPU float32 run uses."""
+    return OpSet(
+        rms_norm=norm.rms_norm,
+        swiglu=activation.swiglu,
+        rope_table=rotary.rope_table,
+        rotary=rotary.apply_rotary,
+        attention=attention.sdpa_attention,
+        choices={
+            "rms_norm": OpChoice("torch (fp32 rsqrt factor)", True),
+            "swiglu": OpChoice("torch (fp32 g*u/(1+exp(-g)))", True),
+            "rotary": OpChoice("torch (interleaved pairs)", True),
+            "attention": OpChoice("sdpa", True, "torch.nn.functional.scaled_dot_product_attention, no mask"),
+            "index_dtype": OpChoice("int64", True, "ids cast to int64 before embedding lookups"),
+        },
+    )
+
+
+def _npu_module(backend: Backend) -> Any | None:
+    if backend.name != "npu":
+        return None
+    from ..devices.npu import torch_npu_module
+
+    return torch_npu_module()
+
+
+def select_ops(
+    backend: Backend, dtype: torch.dtype, overrides: Mapping[str, Callable[..., Any]] | None = None
+) -> OpSet:
+    """Pick each op's implementation for ``backend``: fused where the backend has one, else plain.
+
+    ``overrides`` maps an op name (``rms_norm``, ``swiglu``, ``rotary``, ``attention``) to a callable
+    with the *plain* signature; it wins over every other choice and is recorded as inexact.
+    """
+    overrides = dict(overrides or {})
+    unknown = sorted(set(overrides) - set(OP_NAMES))
+    if unknown:
+        raise ValueError(f"Unknown op override(s) {', '.join(unknown)}; known ops are {', '.join(OP_NAMES)}.")
+    base = plain_ops()
+    ops: dict[str, Any] = {
+        "rms_norm": base.rms_norm,
+        "swiglu": base.swiglu,
+        "swiglu_packed": None,
+        "rope_table": base.rope_table,
+        "rotary": base.rotary,
+        "attention": base.attention,
+    }
+    choices = dict(base.choices)
+
+    npu = _npu_module(backend)
+    if npu is not None:
+        from . import npu as npu_ops
+
+        if backend.has_fused("rms_norm") and hasattr(npu, "npu_rms_norm"):
+            ops["rms_norm"] = npu_ops.make_rms_norm(npu)
+            choices["rms_norm"] = OpChoice("torch_npu.npu_rms_norm", False, "fused kernel; rounding differs from fp32-rsqrt path")
+        if backend.has_fused("swiglu") and hasattr(npu, "npu_swiglu"):
+            ops["swiglu"] = npu_ops.make_swiglu(npu)
+            ops["swiglu_packed"] = npu_ops.make_swiglu_packed(npu)
+            choices["swiglu"] = OpChoice("torch_npu.npu_swiglu", False, "on a packed [gate, up] weight built at load time")
+        if backend.has_fused("rotary") and hasattr(npu, "npu_rotary_mul"):
+            ops["rope_table"] = npu_ops.rope_table
+            ops["rotary"] = npu_ops.make_rotary(npu)
+            choices["rotary"] = OpChoice("torch_npu.npu_rotary_mul", False, "rotate-half layout (same attention, other reduction order)")
+        if backend.has_fused("attention") and hasattr(npu, "npu_fusion_attention"):
+            ops["attention"] = npu_ops.make_attention(npu)
+            choices["attention"] = OpChoice("torch_npu.npu_fusion_attention", False, "BSND layout, GQA native, no mask")
+    elif backend.has_fused("attention"):
+        choices["attention"] = OpChoice("sdpa", True, f"{backend.name}: SDPA picks flash/efficient kernels itself")
+
+    for name, fn in overrides.items():
+        label = f"override:{getattr(fn, '__qualname__', type(fn).__name__)}"
+        if name == "swiglu":
+            ops["swiglu"], ops["swiglu_packed"] = fn, None
+        elif name == "rotary":
+            ops["rope_table"], ops["rotary"] = rotary.rope_table, fn
+        else:
+            ops[name] = fn
+        choices[name] = OpChoice(label, False, "injected by the caller")
+
+    return OpSet(index_dtype=torch.int64, choices=choices, **ops)

@@ -1,0 +1,203 @@
+"""The edit loop: equal to diffusers' __call__, reproducible, observable, and its input errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from difforge.errors import DifforgeError, InputError, SizeError, StepsError
+from difforge.models.qwen_edit.references import fit_area
+
+from .conftest import card, load, make_cfg, pixels
+
+PHASES = {"load", "encode", "denoise", "decode"}
+
+
+def _diffusers_reference(qe, cfg, images, monkeypatch: pytest.MonkeyPatch) -> tuple[np.ndarray, torch.Tensor]:
+    """diffusers' own __call__ with the same inputs (its fixed 1024²/384² areas patched to the tiny ones).
+
+    Returns the image and the final packed latents (caught by diffusers' step-end callback).
+    """
+    import diffusers.pipelines.qwenimage.pipeline_qwenimage_edit as edit_mod
+    import diffusers.pipelines.qwenimage.pipeline_qwenimage_edit_plus as plus_mod
+
+    s = qe.settings
+    if qe.plus:
+        monkeypatch.setattr(plus_mod, "VAE_IMAGE_SIZE", s.reference_area)
+        monkeypatch.setattr(plus_mod, "CONDITION_IMAGE_SIZE", s.condition_area)
+        image = images
+    else:
+        original = edit_mod.calculate_dimensions
+        monkeypatch.setattr(edit_mod, "calculate_dimensions", lambda _area, ratio: original(s.reference_area, ratio))
+        image = images[0]
+    latents: list[torch.Tensor] = []
+
+    def catch(_pipe, _i, _t, kwargs):
+        latents.append(kwargs["latents"].clone())
+        return kwargs
+
+    image = qe.pipe(
+        image=image, prompt=cfg.prompt, negative_prompt=" ", true_cfg_scale=cfg.true_cfg, height=cfg.height,
+        width=cfg.width, num_inference_steps=cfg.steps, generator=torch.Generator("cpu").manual_seed(cfg.seed),
+        output_type="pil", callback_on_step_end=catch, callback_on_step_end_tensor_inputs=["latents"],
+    ).images[0]
+    return pixels(image), latents[-1]
+
+
+@pytest.mark.parametrize("which", ["edit", "plus"])
+def test_loop_equals_diffusers_call(which: str, edit_folder: Path, plus_folder: Path, monkeypatch) -> None:
+    folder = plus_folder if which == "plus" else edit_folder
+    images = [card(96, 64), card(64, 80, flip=True)] if which == "plus" else [card(96, 64)]
+    cfg = make_cfg(folder)
+    qe, record = load(folder, cfg)
+    final: list[torch.Tensor] = []
+    ours = pixels(qe(cfg, record, images, step_hook=lambda i, inp, out: final.append(out["latents"]))[0])
+    theirs, latents = _diffusers_reference(qe, cfg, images, monkeypatch)
+    print(f"{which}: max |ours - diffusers|: image {np.abs(ours - theirs).max()}, "
+          f"latents {(final[-1] - latents).abs().max().item()}")
+    assert np.array_equal(ours, theirs)
+    assert torch.equal(final[-1], latents)
+    assert set(record.phases) >= PHASES
+    assert len(record.step_times_s) == 2 and all(t > 0 for t in record.step_times_s)
+    assert record.extra["true_cfg"] is True and record.extra["tokens"]["text"] > 0
+    print(which, {k: round(v.wall_s, 3) for k, v in record.phases.items()})
+
+
+def test_same_seed_same_image_other_seed_differs(edit_folder: Path) -> None:
+    cfg = make_cfg(edit_folder)
+    qe, record = load(edit_folder, cfg)
+    first = pixels(qe(cfg, record, [card()])[0])
+    second = pixels(qe(cfg, record, [card()])[0])
+    other = pixels(qe(make_cfg(edit_folder, seed=1), record, [card()])[0])
+    assert np.array_equal(first, second)
+    assert np.abs(first - other).max() > 0
+
+
+def test_plus_two_images_default_size_follows_last_image(plus_folder: Path) -> None:
+    cfg = make_cfg(plus_folder, height=None, width=None)
+    qe, record = load(plus_folder, cfg)
+    out = qe(cfg, record, [card(64, 64), card(128, 64)])
+    expected = fit_area(qe.settings.output_area, 2.0)  # (width, height) of the last image's 2:1 aspect
+    assert out[0].size == expected
+    one = qe(cfg, record, [card(128, 64)])  # the first reference must matter
+    assert not np.array_equal(pixels(out[0]), pixels(one[0]))
+    assert record.extra["zero_cond_t"] is True
+
+
+def test_before_decode_offload_equals_no_offload(plus_folder: Path) -> None:
+    cfg = make_cfg(plus_folder)
+    qe, record = load(plus_folder, cfg)
+    plain = pixels(qe(cfg, record, [card()])[0])
+    off_cfg = make_cfg(plus_folder, offload="before-decode")
+    qe_off, rec_off = load(plus_folder, off_cfg)
+    offloaded = pixels(qe_off(off_cfg, rec_off, [card()])[0])
+    assert np.array_equal(plain, offloaded)
+    assert any(a.what == "offload" and a.choice == "before-decode" for a in rec_off.adaptations)
+    assert qe_off.pipe.transformer.device.type == "cpu"
+    again = pixels(qe_off(off_cfg, rec_off, [card()])[0])  # a second run brings the weights back
+    assert np.array_equal(plain, again)
+
+
+@pytest.mark.parametrize("plan", ["model", "sequential"])
+def test_accelerator_offload_plans_refused_on_cpu(plan: str, edit_folder: Path) -> None:
+    with pytest.raises(DifforgeError, match="accelerator"):
+        load(edit_folder, make_cfg(edit_folder, offload=plan))
+
+
+def test_step_hook_and_teacher_forced_forward_step(plus_folder: Path) -> None:
+    cfg = make_cfg(plus_folder, steps=3)
+    qe, record = load(plus_folder, cfg)
+    seen: list[tuple[int, dict, dict]] = []
+    qe(cfg, record, [card()], step_hook=lambda i, inp, out: seen.append((i, inp, out)))
+    assert [s[0] for s in seen] == [0, 1, 2]
+    for i, inputs, outputs in seen:
+        assert inputs["latents"].device.type == "cpu" and outputs["noise_pred"].dtype == torch.float32
+        assert torch.isfinite(outputs["noise_pred"]).all()
+        again = qe.forward_step(cfg, i, inputs)["noise_pred"]
+        assert torch.equal(again, outputs["noise_pred"])
+    assert torch.equal(seen[1][1]["latents"], seen[0][2]["latents"])  # step i+1 starts where step i ended
+    assert seen[0][1]["timestep"] > seen[2][1]["timestep"]
+
+
+def test_forward_step_without_a_run_reads_cfg_images(plus_folder: Path, tmp_path: Path) -> None:
+    path = tmp_path / "ref.png"
+    card().save(path)
+    cfg = make_cfg(plus_folder, images=[str(path)])
+    qe, record = load(plus_folder, cfg)
+    seen: list[tuple[dict, dict]] = []
+    qe(cfg, record, [card()], step_hook=lambda i, inp, out: seen.append((inp, out)))
+    fresh, _ = load(plus_folder, cfg)  # no cached state: must prepare from cfg.images
+    got = fresh.forward_step(cfg, 1, seen[1][0])
+    assert torch.equal(got["noise_pred"], seen[1][1]["noise_pred"])
+
+
+def test_input_errors(edit_folder: Path, plus_folder: Path) -> None:
+    cfg = make_cfg(edit_folder)
+    qe, record = load(edit_folder, cfg)
+    with pytest.raises(InputError, match="exactly one"):
+        qe(cfg, record, [card(), card()])
+    with pytest.raises(InputError, match="reference image"):
+        qe(cfg, record, [])
+    with pytest.raises(InputError, match="reference image"):
+        qe(cfg, record, None)
+    with pytest.raises(SizeError, match="multiples of 16") as err:
+        qe(make_cfg(edit_folder, height=72), record, [card()])
+    assert "\n" not in str(err.value)
+    with pytest.raises(StepsError, match="at least 2"):
+        qe(make_cfg(edit_folder, steps=1), record, [card()])
+    plus, plus_record = load(plus_folder, make_cfg(plus_folder))
+    assert len(plus(make_cfg(plus_folder), plus_record, [card(), card(64, 64), card(32, 96)])) == 1
+
+
+def test_no_negative_prompt_still_runs_true_cfg_and_cfg_off_below_one(edit_folder: Path) -> None:
+    cfg = make_cfg(edit_folder, true_cfg=1.0)
+    qe, record = load(edit_folder, cfg)
+    qe(cfg, record, [card()])
+    assert record.extra["true_cfg"] is False
+    assert qe.flops_per_step(cfg)["forwards_per_step"] == 1
+    qe(make_cfg(edit_folder), record, [card()])
+    assert record.extra["true_cfg"] is True
+
+
+def test_flops_per_step_matches_a_real_counted_step(plus_folder: Path) -> None:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    cfg = make_cfg(plus_folder)
+    qe, record = load(plus_folder, cfg)
+    seen: list[dict] = []
+    qe(cfg, record, [card()], step_hook=lambda i, inp, out: seen.append(inp))
+    counted = qe.flops_per_step(cfg)
+    counter = FlopCounterMode(display=False)
+    with counter:
+        qe.forward_step(cfg, 0, seen[0])
+    tokens = record.extra["tokens"]
+    assert counted["forwards_per_step"] == 2
+    assert counted["tokens_per_forward"] == tokens["image"] + tokens["text"]
+    # The CPU SDPA kernel is invisible to FlopCounterMode, so the real step shows only the matmuls;
+    # the meta-device count must add exactly the joint attention: QK^T and PV, 4*L^2*d per block.
+    config = qe.pipe.transformer.config
+    inner, layers = config.num_attention_heads * config.attention_head_dim, config.num_layers
+    lengths = [tokens["image"] + tokens["text"], tokens["image"] + tokens["negative_text"]]
+    attention = sum(4 * n * n * inner * layers for n in lengths)
+    assert set(counter.get_flop_counts()["Global"]) == {torch.ops.aten.addmm}
+    assert counted["flops_per_step"] == counter.get_total_flops() + attention
+
+
+def test_components_run_deterministically(edit_folder: Path) -> None:
+    cfg = make_cfg(edit_folder)
+    qe, _ = load(edit_folder, cfg)
+    inputs = qe.component_inputs(cfg)
+    assert set(inputs) == {"text_encoder", "transformer", "vae_encode", "vae_decode"}
+    again = qe.component_inputs(cfg)
+    for name, tensors in inputs.items():
+        for key, value in tensors.items():
+            assert value.device.type == "cpu" and torch.equal(value, again[name][key])
+        out = qe.run_component(name, tensors)
+        assert out.dtype == torch.float32 and out.device.type == "cpu" and torch.isfinite(out).all()
+    assert qe.run_component("vae_decode", inputs["vae_decode"]).shape[-2:] == (64, 64)
+    assert [n for n, _ in qe.transformer_blocks()] == ["transformer_blocks.0", "transformer_blocks.1"]
+    with pytest.raises(DifforgeError, match="Unknown component"):
+        qe.run_component("unet", {})
