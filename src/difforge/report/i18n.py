@@ -1,0 +1,103 @@
+"""Report prose in English and Chinese (``--lang``); numbers and identifiers stay as they are."""
+
+from __future__ import annotations
+
+TEXT: dict[str, dict[str, str]] = {
+    "en": {
+        "title": "{model} on {device}: port validation report",
+        "verdict": "Verdict",
+        "overview": "1. Overview",
+        "overview_text": ("{model} ({family}) was run on the device under test ({device}) and compared with the "
+                          "reference ({reference}) rung by rung. Overall verdict: **{verdict}**."),
+        "rung": "Rung", "summary": "Finding", "seconds": "Time (s)",
+        "environment": "2. Environment",
+        "component": "Component", "version": "Version", "item": "Item", "value": "Value",
+        "reproduce": "3. How to reproduce",
+        "reproduce_text": "Install difforge, set the recommended environment variables, then run:",
+        "adaptations": "4. Adaptations applied",
+        "adaptations_text": ("Every device-specific substitution chosen at load time. *Exact* means bit-identical "
+                             "to the portable path; *approximate* may change results."),
+        "what": "What", "choice": "Choice", "kind": "Kind", "detail": "Detail",
+        "exact": "exact", "approximate": "approximate", "none": "none",
+        "smoke": "5. Smoke test",
+        "smoke_text": "One cold run: every phase must complete and the output must be finite and not blank.",
+        "determinism": "Determinism",
+        "performance": "6. Performance",
+        "perf_text": ("Warm-up rounds are excluded; per-phase times are medians over the timed rounds. "
+                      "Normalised figures use the pipeline's own FLOP count."),
+        "accuracy": "7. Accuracy",
+        "accuracy_text": ("Each rung compares the device with the reference; the threshold and its source are "
+                          "printed beside every measurement (✓ pass, ! warning, ✗ fail)."),
+        "operator": "7.1 Operators", "component_rung": "7.2 Components", "step": "7.3 Teacher-forced steps",
+        "trajectory": "7.4 Trajectory", "benchmark": "Benchmark",
+        "localisation": "First divergent layer",
+        "localisation_text": ("Step {step} (seed {seed}) replayed on both sides with hooks on every transformer "
+                              "block; first block with cosine below {threshold}: **{first}**."),
+        "after_blocks": "none of the blocks (the divergence is after them: final norm / head / guidance)",
+        "block": "Block",
+        "floor_text": ("Noise floor: the reference device at the device's dtype ({floor}), i.e. what that "
+                       "precision alone costs on a trusted implementation."),
+        "gallery": "8. Gallery",
+        "gallery_text": "Sample prompts on the device; pairs show reference (left) and device (right).",
+        "prompt": "Prompt",
+        "notes": "9. Notes",
+        "deliverables": "10. Deliverables",
+        "file": "File", "bytes": "Bytes",
+        "sources": "Threshold sources",
+        "threshold": "threshold",
+        "plot_steps": "Per-step error", "plot_times": "Per-step time", "plot_blocks": "Per-block error",
+        "generated": "Generated {date} by difforge {version}.",
+        "skipped": "skipped",
+    },
+    "zh": {
+        "title": "{model} 在 {device} 上的适配验证报告",
+        "verdict": "结论",
+        "overview": "1. 简介",
+        "overview_text": ("在被测设备（{device}）上运行 {model}（{family}），并逐级与参考（{reference}）比对。"
+                          "总体结论：**{verdict}**。"),
+        "rung": "验证层级", "summary": "结果", "seconds": "耗时 (s)",
+        "environment": "2. 验证环境",
+        "component": "组件", "version": "版本", "item": "项目", "value": "值",
+        "reproduce": "3. 如何复现",
+        "reproduce_text": "安装 difforge，设置建议环境变量，然后执行：",
+        "adaptations": "4. 适配项",
+        "adaptations_text": "加载时选定的全部设备相关替换。“等价”表示与通用实现逐位一致；“近似”可能改变结果。",
+        "what": "对象", "choice": "实现", "kind": "类型", "detail": "说明",
+        "exact": "等价", "approximate": "近似", "none": "无",
+        "smoke": "5. Smoke 验证",
+        "smoke_text": "一次冷启动运行：各阶段须全部完成，输出须无 NaN/Inf、非空白。",
+        "determinism": "确定性",
+        "performance": "6. 性能参考",
+        "perf_text": "剔除预热轮次；各阶段耗时取计时轮次的中位数。归一化指标采用流水线自身的 FLOP 计数。",
+        "accuracy": "7. 精度评测",
+        "accuracy_text": "每一级都将被测设备与参考比对；每项指标旁列出阈值及其来源（✓ 通过，! 警告，✗ 失败）。",
+        "operator": "7.1 算子级", "component_rung": "7.2 组件级", "step": "7.3 逐步教师强制",
+        "trajectory": "7.4 完整轨迹", "benchmark": "性能基准",
+        "localisation": "首个分叉层",
+        "localisation_text": ("在两侧以钩子重放第 {step} 步（seed {seed}），逐个比较 transformer block 输出；"
+                              "首个余弦相似度低于 {threshold} 的层：**{first}**。"),
+        "after_blocks": "所有 block 均未分叉（分叉发生在其后：最终归一化 / 输出头 / 引导）",
+        "block": "层",
+        "floor_text": "噪声基线：参考设备以被测设备的精度（{floor}）运行，即可信实现下仅由该精度带来的误差。",
+        "gallery": "8. 生成样例",
+        "gallery_text": "被测设备上的示例 prompt；对比图左为参考、右为被测设备。",
+        "prompt": "Prompt",
+        "notes": "9. 注意事项",
+        "deliverables": "10. 交付件清单",
+        "file": "文件", "bytes": "字节", "sources": "阈值来源", "threshold": "阈值",
+        "plot_steps": "逐步误差", "plot_times": "逐步耗时", "plot_blocks": "逐层误差",
+        "generated": "报告生成时间：{date}，difforge {version}。",
+        "skipped": "跳过",
+    },
+}
+
+RUNG_TITLES = {
+    "en": {"smoke": "smoke", "determinism": "determinism", "benchmark": "benchmark", "operator": "operator",
+           "component": "component", "step": "teacher-forced step", "trajectory": "trajectory"},
+    "zh": {"smoke": "Smoke", "determinism": "确定性", "benchmark": "性能基准", "operator": "算子级",
+           "component": "组件级", "step": "逐步教师强制", "trajectory": "完整轨迹"},
+}
+
+
+def texts(lang: str) -> dict[str, str]:
+    return TEXT.get(lang, TEXT["en"])

@@ -1,0 +1,222 @@
+"""Render a ValidationResult into report.md, a self-contained report.html and report.json.
+
+The two human-readable reports share one context built here (tables as lists of cells), so the
+Markdown and HTML templates stay dumb.  Every file goes through :mod:`difforge.runtime.atomic`.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+
+from ..runtime.atomic import atomic_write_bytes, atomic_write_text
+from ..runtime.record import sha256_file
+from ..validate.thresholds import SOURCES
+from .i18n import RUNG_TITLES, texts
+from .plots import block_plot, step_error_plot, step_time_plot
+
+if TYPE_CHECKING:
+    from ..validate.options import ValidationResult
+    from ..validate.verdict import RungResult
+
+MARK = {"PASS": "✓", "WARN": "!", "FAIL": "✗"}
+
+
+def fmt(value: Any) -> str:
+    """Compact, stable number formatting for tables."""
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        if value == 0:
+            return "0"
+        if abs(value) >= 1e5 or abs(value) < 1e-3:
+            return f"{value:.3e}"
+        return f"{value:.6g}"
+    return str(value)
+
+
+def rung_table(rung: RungResult) -> dict[str, Any]:
+    """Columns = measurement names (first-seen order); a threshold row under the header; cells carry
+    a verdict mark; the last column is the row verdict."""
+    names: list[str] = []
+    thresholds: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    for row in rung.rows:
+        for m in row.measurements:
+            if m.name not in names:
+                names.append(m.name)
+            if m.threshold and m.name not in thresholds:
+                thresholds[m.name] = m.threshold
+            if m.source and m.name not in sources:
+                sources[m.name] = m.source
+    body = []
+    for row in rung.rows:
+        by_name = {m.name: m for m in row.measurements}
+        cells = []
+        for n in names:
+            m = by_name.get(n)
+            if m is None:
+                cells.append("")
+            else:
+                mark = f" {MARK[str(m.verdict)]}" if m.verdict is not None and str(m.verdict) in MARK else ""
+                cells.append(fmt(m.value) + mark)
+        body.append({"subject": row.subject, "cells": cells, "verdict": str(row.verdict), "note": row.note})
+    threshold_cells = []
+    for n in names:
+        t = thresholds.get(n, "")
+        if t and n in sources:
+            t = f"{t} [{SOURCES[sources[n]][0]}]"
+        threshold_cells.append(t)
+    return {"headers": names, "thresholds": threshold_cells, "rows": body,
+            "has_thresholds": any(threshold_cells), "sources": sorted(set(sources.values()))}
+
+
+def _jsonable(obj: Any) -> Any:
+    """Strict JSON: non-finite floats become strings, enums/paths/dtypes become text."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else str(obj)
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | set):
+        return [_jsonable(v) for v in obj]
+    if obj is None or isinstance(obj, bool | int | str):
+        return obj
+    if hasattr(obj, "value") and isinstance(obj.value, str):  # Verdict
+        return obj.value
+    return str(obj)
+
+
+def _env_tables(env: dict[str, Any]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    versions = [(k, fmt(v)) for k, v in (env.get("packages") or {}).items()]
+    dut = env.get("device_under_test") or {}
+    ref = env.get("reference_device") or {}
+    drv = env.get("driver") or {}
+    mem = dut.get("total_memory_bytes")
+    items = [
+        ("device under test", f"{dut.get('device_name')} ({dut.get('device')}), count {dut.get('device_count')}"),
+        ("device memory", f"{mem / 2**30:.1f} GiB" if mem else "–"),
+        ("reference device", f"{ref.get('device_name')} ({ref.get('device')})"),
+        ("driver / CANN", ", ".join(f"{k} {v}" for k, v in drv.items() if v) or "–"),
+        ("difforge commit", fmt(env.get("difforge_git"))),
+        ("platform", fmt(env.get("platform"))),
+        ("CPU threads", f"{env.get('cpu_count')} cores, torch uses {env.get('torch_threads')}"),
+        ("env vars set", ", ".join(f"{k}={v}" for k, v in (env.get("env") or {}).items()) or "–"),
+        ("presets applied", ", ".join(f"{k}={v}" for k, v in (env.get("env_presets") or {}).get("applied", {}).items())
+         or "–"),
+        ("config hash (sha256)", fmt(env.get("config_hash"))),
+    ]
+    return versions, items
+
+
+def build_context(result: ValidationResult, lang: str, plots: dict[str, bytes], deliverables: list[dict]) -> dict:
+    import difforge
+
+    t = texts(lang)
+    d = result.data
+    titles = RUNG_TITLES.get(lang, RUNG_TITLES["en"])
+    env = d.get("environment", {})
+    versions, env_items = _env_tables(env)
+    presets = [p for p in (env.get("env_presets") or {}).get("recommended", []) if not p.get("opt_in")]
+    reproduce = ["pip install -e .", *[f"export {p['name']}={p['value']}" for p in presets], *d.get("reproduce", [])]
+    overview = [{"key": k, "title": titles.get(k, k), "verdict": str(r.verdict), "summary": r.summary,
+                 "seconds": fmt(round(r.seconds, 2)) if r.seconds else "–"} for k, r in result.rungs.items()]
+    tables = {k: rung_table(r) for k, r in result.rungs.items()}
+    used_sources = sorted({s for tb in tables.values() for s in tb["sources"]})
+    step = result.rungs.get("step")
+    loc = step.data.get("localisation") if step is not None else None
+    traj = result.rungs.get("trajectory")
+    date = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+    return {
+        "t": t,
+        "lang": lang,
+        "title": t["title"].format(model=d.get("options", {}).get("model"), device=d.get("device_label")),
+        "verdict": str(result.verdict),
+        "overview_text": t["overview_text"].format(
+            model=d.get("options", {}).get("model"), family=d.get("family"), device=d.get("device_label"),
+            reference=d.get("reference_label"), verdict=result.verdict),
+        "overview": overview,
+        "versions": versions,
+        "env_items": env_items,
+        "reproduce": reproduce,
+        "adaptations": d.get("adaptations", []),
+        "tables": tables,
+        "rungs": result.rungs,
+        "titles": titles,
+        "localisation": loc,
+        "localisation_text": t["localisation_text"].format(
+            step=loc["step"], seed=loc.get("seed"), threshold=loc["threshold"],
+            first=loc["first_divergent"] or t["after_blocks"]) if loc else "",
+        "floor_text": t["floor_text"].format(floor=traj.data.get("floor")) if traj and traj.data else "",
+        "gallery": d.get("gallery") or {},
+        "notes": d.get("notes", []),
+        "sources": [(k, SOURCES[k][0], SOURCES[k][1]) for k in used_sources],
+        "deliverables": deliverables,
+        "plots": {k: base64.b64encode(v).decode() for k, v in plots.items()},
+        "plot_files": {k: f"plots/{k}.png" for k in plots},
+        "generated": t["generated"].format(date=date, version=difforge.__version__),
+        "fmt": fmt,
+    }
+
+
+def _embed(path: Path) -> str:
+    return base64.b64encode(path.read_bytes()).decode()
+
+
+def write_report(result: ValidationResult, out: Path, lang: str = "en", files: list[Path] | None = None,
+                 ) -> dict[str, Path]:
+    """Write plots, report.json, report.md, report.html and SHA256SUMS; return their paths."""
+    out = Path(out)
+    plots: dict[str, bytes] = {}
+    step = result.rungs.get("step")
+    traj = result.rungs.get("trajectory")
+    bench = result.rungs.get("benchmark")
+    for name, png in (
+        ("step_error", step_error_plot(step.data if step else None, traj.data if traj else None)),
+        ("step_time", step_time_plot(bench.data if bench else None)),
+        ("block_error", block_plot(step.data.get("localisation") if step and step.data else None)),
+    ):
+        if png is not None:
+            plots[name] = png
+            atomic_write_bytes(out / "plots" / f"{name}.png", png)
+    artefacts = [Path(p) for p in (files or [])] + [out / "plots" / f"{k}.png" for k in plots]
+    deliverables = [{"file": str(p.relative_to(out)), "bytes": p.stat().st_size, "sha256": sha256_file(p)}
+                    for p in artefacts if p.is_file()]
+
+    payload = {
+        "verdict": str(result.verdict),
+        "exit_code": result.exit_code,
+        "rungs": {k: r.to_dict() for k, r in result.rungs.items()},
+        **result.data,
+        "deliverables": deliverables,
+        "threshold_sources": {k: {"label": v[0], "where": v[1]} for k, v in SOURCES.items()},
+    }
+    paths = {"json": atomic_write_text(out / "report.json", json.dumps(_jsonable(payload), indent=2,
+                                                                       ensure_ascii=False) + "\n")}
+    ctx = build_context(result, lang, plots, deliverables)
+    env = Environment(loader=PackageLoader("difforge.report", "templates"), undefined=StrictUndefined,
+                      autoescape=False, trim_blocks=True, lstrip_blocks=True)
+    paths["markdown"] = atomic_write_text(out / "report.md", env.get_template("report.md.j2").render(**ctx))
+    images = {p.name: _embed(p) for p in artefacts if p.suffix == ".png" and p.is_file()}
+    html_env = Environment(loader=PackageLoader("difforge.report", "templates"), undefined=StrictUndefined,
+                           autoescape=True, trim_blocks=True, lstrip_blocks=True)
+    paths["html"] = atomic_write_text(out / "report.html",
+                                      html_env.get_template("report.html.j2").render(**ctx, images=images))
+    sums = [f"{d['sha256']}  {d['file']}" for d in deliverables]
+    for key in ("json", "markdown", "html"):
+        sums.append(f"{sha256_file(paths[key])}  {paths[key].name}")
+    paths["sha256"] = atomic_write_text(out / "SHA256SUMS", "\n".join(sums) + "\n")
+    return paths

@@ -1,0 +1,382 @@
+"""The acceptance ladder, top to bottom: load, smoke, determinism, benchmark, operator, component,
+teacher-forced steps, trajectory, gallery, then the report.
+
+Pipelines run through :mod:`difforge.api`; every timing comes from their RunRecords.  A crash inside
+a rung fails that rung (with the error in the report) instead of losing the whole report; user
+mistakes (bad device, bad path) still raise DifforgeError before anything runs.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from PIL import Image
+from rich.console import Console
+
+from ..config import RunConfig
+from ..devices import dtype_name, get_backend
+from ..errors import DeviceOutOfMemoryError, DifforgeError, DtypeError
+from ..models.registry import URSA, resolve_model
+from ..runtime.atomic import atomic_save
+from ..runtime.record import RunRecord
+from .bench import bench_rung
+from .components import component_rung
+from .determinism import determinism_rung
+from .environment import fingerprint
+from .gallery import contact_sheet, pair
+from .inputs import URSA_NEGATIVE, default_prompts, read_prompts, synthetic_image
+from .operators import operator_rung
+from .options import RUNGS, ValidateOptions, ValidationResult, parse_reference
+from .smoke import smoke_rung
+from .steps import StepTrace, step_rung
+from .trajectory import TrajectoryRun, trajectory_rung
+from .verdict import RungResult, Verdict, worst
+
+QUICK_STEPS = 4
+
+
+class _Progress:
+    """One line per stage on stderr (rich), silent when quiet."""
+
+    def __init__(self, quiet: bool, total: int) -> None:
+        self.console = None if quiet else Console(file=sys.stderr)
+        self.total = total
+        self.n = 0
+
+    def start(self, what: str) -> float:
+        self.n += 1
+        if self.console is not None:
+            self.console.print(f"[bold][{self.n}/{self.total}][/bold] {what} ...", highlight=False)
+        return time.perf_counter()
+
+    def done(self, rung: RungResult | None, t0: float, note: str = "") -> float:
+        dt = time.perf_counter() - t0
+        if self.console is not None:
+            if rung is not None:
+                colour = {"PASS": "green", "WARN": "yellow", "FAIL": "red"}.get(str(rung.verdict), "dim")
+                self.console.print(f"      [{colour}]{rung.verdict}[/{colour}] {rung.key} ({dt:.1f} s) "
+                                   f"{rung.summary}", highlight=False)
+            else:
+                self.console.print(f"      done ({dt:.1f} s) {note}", highlight=False)
+        return dt
+
+
+def _guard(key: str, fn: Callable[[], RungResult]) -> RungResult:
+    """Run one rung; an exception fails it (NotImplementedError: the pipeline lacks the hook -> SKIP)."""
+    t0 = time.perf_counter()
+    try:
+        result = fn()
+    except DeviceOutOfMemoryError as exc:
+        result = RungResult(key, Verdict.FAIL, f"out of memory: {exc}", data={"error": str(exc)})
+    except NotImplementedError as exc:
+        result = RungResult(key, Verdict.SKIP, f"not available for this pipeline: {exc}")
+    except Exception as exc:  # a crash on the device is a failed rung, not a lost report
+        msg = f"{exc.__class__.__name__}: {' '.join(str(exc).split())[:300]}"
+        result = RungResult(key, Verdict.FAIL, f"error: {msg}",
+                            data={"error": msg, "traceback": traceback.format_exc(limit=8)})
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _reproduce(options: ValidateOptions) -> list[str]:
+    """The exact command line that re-runs this validation."""
+    args = ["difforge", "validate", "--model", options.model, "--device", options.device, "--dtype",
+            options.dtype, "--reference", options.reference]
+    for img in options.images:
+        args += ["--image", str(img)]
+    if options.prompts:
+        args += ["--prompts", str(options.prompts)]
+    for flag, value in (("--steps", options.steps), ("--height", options.height), ("--width", options.width)):
+        if value is not None:
+            args += [flag, str(value)]
+    args += ["--rounds", str(options.rounds), "--warmup", str(options.warmup), "--seed", str(options.seed)]
+    if options.quick:
+        args.append("--quick")
+    args += ["--lang", options.lang, "--out", str(options.out)]
+    return [shlex.join(args)]
+
+
+class Ladder:
+    """State shared by the rungs of one validation."""
+
+    def __init__(self, options: ValidateOptions) -> None:
+        from .. import api
+
+        self.api = api
+        self.o = options
+        self.out = Path(options.out)
+        self.quick = options.quick
+        self.rounds = min(options.rounds, 2) if self.quick else options.rounds
+        self.warmup = min(options.warmup, 1) if self.quick else options.warmup
+        self.ref_device, self.ref_dtype = parse_reference(options.reference)
+        self.dut_backend = get_backend(options.device)
+        self.dut_dtype = self.dut_backend.resolve_dtype(options.dtype)
+        self.ref_backend = get_backend(self.ref_device)
+        self.ref_torch_dtype = self.ref_backend.resolve_dtype(self.ref_dtype)
+        _, self.family = resolve_model(options.model)
+        self.prompts = read_prompts(options.prompts) if options.prompts else default_prompts(self.family)
+        if self.quick:
+            self.prompts = self.prompts[:1]
+        self.images: list[Image.Image] = []
+        self.image_paths: list[str] = [str(p) for p in options.images]
+        self.files: list[Path] = []
+        self.notes: list[str] = []
+
+    # ---- configs ------------------------------------------------------------------------------
+    def config(self, prompt: str, seed: int, device: str, dtype: str) -> RunConfig:
+        steps = self.o.steps if self.o.steps is not None else (QUICK_STEPS if self.quick else None)
+        return RunConfig(
+            model=self.o.model, prompt=prompt, device=device, dtype=dtype, height=self.o.height,
+            width=self.o.width, steps=steps, seed=seed, images=list(self.image_paths), quiet=True,
+            negative_prompt=URSA_NEGATIVE if self.family == URSA else None,
+        )
+
+    def dut_cfg(self, prompt: str | None = None, seed: int | None = None) -> RunConfig:
+        return self.config(prompt or self.prompts[0], self.o.seed if seed is None else seed, self.o.device,
+                           dtype_name(self.dut_dtype))
+
+    def ref_cfg(self, cfg: RunConfig) -> RunConfig:
+        return replace(cfg, device=self.ref_device, dtype=self.ref_dtype)
+
+    # ---- inputs --------------------------------------------------------------------------------
+    def prepare_inputs(self) -> None:
+        if self.family == URSA:
+            return
+        if self.image_paths:
+            self.images = self.api.load_images(self.image_paths)
+            return
+        img = synthetic_image()
+        path = self.save_image(img, "input_synthetic.png")
+        self.image_paths = [str(path)]
+        self.images = [img]
+        self.notes.append("no --image given: edits use a synthetic test picture (input_synthetic.png)")
+
+    def save_image(self, img: Image.Image, name: str, record: RunRecord | None = None) -> Path:
+        path = self.out / "images" / name
+
+        def write() -> None:
+            atomic_save(path, lambda tmp: img.save(tmp, format="PNG"))
+
+        if record is not None:
+            with record.phase("save"):
+                write()
+        else:
+            write()
+        self.files.append(path)
+        return path
+
+    # ---- runs ----------------------------------------------------------------------------------
+    def load(self, device: str, dtype: str, overrides: dict | None = None) -> tuple[Any, RunRecord]:
+        record = RunRecord(kind="generate" if self.family == URSA else "edit")
+        cfg = self.config(self.prompts[0], self.o.seed, device, dtype)
+        pipe = self.api.load_pipeline(self.o.model, device, dtype, cfg=cfg, record=record, op_overrides=overrides)
+        return pipe, record
+
+    def run(self, pipe: Any, cfg: RunConfig, record: RunRecord | None = None,
+            trace: StepTrace | None = None) -> tuple[list[Image.Image], RunRecord]:
+        res = self.api.run_pipeline(pipe, cfg, images=self.images or None, record=record,
+                                    step_hook=trace.hook if trace is not None else None)
+        return res.images, res.record
+
+
+def run_validation(options: ValidateOptions) -> ValidationResult:
+    """Run the whole ladder on ``options`` and write the report into ``options.out``."""
+    options.check()
+    lad = Ladder(options)
+    lad.out.mkdir(parents=True, exist_ok=True)
+    prog = _Progress(options.quiet, total=10)
+    rungs: dict[str, RungResult] = {}
+    data: dict[str, Any] = {"options": options.to_dict(), "family": lad.family, "notes": lad.notes}
+    seeds = [options.seed, *[s for s in options.extra_seeds if s != options.seed]]
+
+    # 1. load -----------------------------------------------------------------------------------
+    t0 = prog.start(f"load {options.model} on {lad.dut_backend} {dtype_name(lad.dut_dtype)} and reference "
+                    f"{lad.ref_device} {lad.ref_dtype}")
+    lad.prepare_inputs()
+    dut_error: str | None = None
+    dut = None
+    dut_record = RunRecord(kind="generate" if lad.family == URSA else "edit")
+    try:
+        dut, dut_record = lad.load(options.device, dtype_name(lad.dut_dtype), options.op_overrides)
+    except DeviceOutOfMemoryError as exc:
+        dut_error = str(exc)
+    except DifforgeError:
+        raise
+    except Exception as exc:
+        dut_error = f"{exc.__class__.__name__}: {exc}"
+    ref, ref_record = lad.load(lad.ref_device, lad.ref_dtype)
+    same_place = lad.ref_backend.device == lad.dut_backend.device
+    floor = None
+    floor_label = f"{lad.ref_device} {dtype_name(lad.dut_dtype)}"
+    if same_place and not options.op_overrides:
+        lad.notes.append(f"the precision floor ({floor_label}) is the device under test itself: same device, same "
+                         "dtype, no op overrides, so its trajectory is reused")
+    elif lad.dut_dtype == lad.ref_torch_dtype:
+        floor = ref
+        lad.notes.append(f"device and reference share {lad.ref_dtype}: the floor is the reference itself (zero), "
+                         "raised to the 1-level quantisation step")
+    else:
+        try:
+            floor, _ = lad.load(lad.ref_device, dtype_name(lad.dut_dtype))
+        except DtypeError as exc:
+            lad.notes.append(f"no precision floor: {exc}")
+    prog.done(None, t0)
+
+    # 2. smoke ------------------------------------------------------------------------------------
+    t0 = prog.start("smoke")
+    cfg0 = lad.dut_cfg()
+    smoke_trace = StepTrace()
+    smoke_images: list[Image.Image] = []
+    if dut is not None and dut_error is None:
+        try:
+            smoke_images, dut_record = lad.run(dut, cfg0, record=dut_record, trace=smoke_trace)
+            lad.save_image(smoke_images[0], f"device_seed{cfg0.seed}.png", dut_record)
+        except DifforgeError as exc:
+            if not isinstance(exc, DeviceOutOfMemoryError):
+                raise
+            dut_error = str(exc)
+        except Exception as exc:
+            dut_error = f"{exc.__class__.__name__}: {' '.join(str(exc).split())[:300]}"
+    rungs["smoke"] = smoke_rung(dut_record, smoke_images, smoke_trace.final() or None, dut_error)
+    prog.done(rungs["smoke"], t0)
+    data["adaptations"] = [vars(a) for a in dut_record.adaptations]
+    data["reference_adaptations"] = [vars(a) for a in ref_record.adaptations]
+    data["dut_record"] = dut_record.to_dict()
+
+    if rungs["smoke"].verdict is Verdict.FAIL:
+        for key in RUNGS[1:]:
+            rungs[key] = RungResult(key, Verdict.SKIP, "skipped: the smoke run failed")
+        return _finish(lad, rungs, data, prog, seeds)
+
+    # 3. determinism + benchmark -----------------------------------------------------------------------
+    t0 = prog.start(f"benchmark ({lad.warmup} warm-up, {lad.rounds} timed rounds)")
+    bench_records: list[RunRecord] = []
+    runs_images = [smoke_images]
+
+    def bench() -> RungResult:
+        for _ in range(lad.warmup):
+            lad.run(dut, cfg0)
+        for _ in range(lad.rounds):
+            imgs, rec = lad.run(dut, cfg0, record=RunRecord(kind=dut_record.kind))
+            bench_records.append(rec)
+            runs_images.append(imgs)
+        try:
+            flops = dut.flops_per_step(cfg0)
+        except (NotImplementedError, AttributeError):
+            flops = None
+        steps = len(smoke_trace.inputs)
+        return bench_rung(bench_records, lad.warmup, flops, lad.dut_backend.device_name(), lad.dut_dtype, steps)
+
+    rungs["benchmark"] = _guard("benchmark", bench)
+    rungs["determinism"] = determinism_rung(runs_images)
+    prog.done(rungs["benchmark"], t0)
+
+    # 4. reference and floor runs (one per seed) ----------------------------------------------------------
+    t0 = prog.start(f"reference runs on {lad.ref_device} {lad.ref_dtype} (seeds {seeds})")
+    traj: list[tuple[int, TrajectoryRun, TrajectoryRun, TrajectoryRun | None]] = []
+    step_runs: list[tuple[RunConfig, StepTrace]] = []
+    ref_images0: list[Image.Image] = []
+    for seed in seeds:
+        cfg = lad.dut_cfg(seed=seed)
+        if seed == options.seed:
+            dut_run = TrajectoryRun(smoke_images, smoke_trace)
+        else:
+            tr = StepTrace()
+            imgs, _ = lad.run(dut, cfg, trace=tr)
+            dut_run = TrajectoryRun(imgs, tr)
+        rtr = StepTrace()
+        rimgs, _ = lad.run(ref, lad.ref_cfg(cfg), trace=rtr)
+        if seed == options.seed:
+            ref_images0 = rimgs
+            lad.save_image(rimgs[0], f"reference_seed{seed}.png")
+        floor_run = None
+        if floor is ref:
+            floor_run = TrajectoryRun(rimgs, rtr)
+        elif floor is not None:
+            ftr = StepTrace()
+            fimgs, _ = lad.run(floor, replace(cfg, device=lad.ref_device), trace=ftr)
+            floor_run = TrajectoryRun(fimgs, ftr)
+        elif same_place and not options.op_overrides:
+            floor_run = dut_run
+        traj.append((seed, dut_run, TrajectoryRun(rimgs, rtr), floor_run))
+        step_runs.append((cfg, rtr))
+    prog.done(None, t0)
+
+    # 5-8. accuracy ladder -------------------------------------------------------------------------------
+    t0 = prog.start("operator rung")
+    first_inputs = step_runs[0][1].inputs[0] if step_runs and step_runs[0][1].inputs else None
+    rungs["operator"] = _guard("operator", lambda: operator_rung(
+        dut, lad.ref_backend.device, cfg0, first_inputs, dut_record.adaptations)) if first_inputs else RungResult(
+        "operator", Verdict.SKIP, "the reference run recorded no step")
+    prog.done(rungs["operator"], t0)
+    t0 = prog.start("component rung")
+    rungs["component"] = _guard("component", lambda: component_rung(dut, ref, cfg0))
+    prog.done(rungs["component"], t0)
+    t0 = prog.start("teacher-forced step rung")
+    step_floor = dut if (same_place and not options.op_overrides) else floor
+    rungs["step"] = _guard("step", lambda: step_rung(dut, ref, step_runs, step_floor))
+    prog.done(rungs["step"], t0)
+    t0 = prog.start("trajectory rung")
+    rungs["trajectory"] = _guard("trajectory", lambda: trajectory_rung(traj, floor_label))
+    prog.done(rungs["trajectory"], t0)
+
+    # 9. gallery -------------------------------------------------------------------------------------------
+    t0 = prog.start(f"gallery ({len(lad.prompts)} prompt(s))")
+    data["gallery"] = _gallery(lad, dut, ref, smoke_images, ref_images0)
+    prog.done(None, t0)
+    return _finish(lad, rungs, data, prog, seeds)
+
+
+def _gallery(lad: Ladder, dut: Any, ref: Any, first_dut: list[Image.Image], first_ref: list[Image.Image],
+             ) -> dict[str, Any]:
+    """Every prompt on the device (and the reference, for pairs); one contact sheet."""
+    entries: list[dict[str, Any]] = []
+    dut_label = f"{lad.dut_backend.device} {dtype_name(lad.dut_dtype)}"
+    ref_label = f"{lad.ref_device} {lad.ref_dtype}"
+    sheet_images: list[Image.Image] = []
+    for k, prompt in enumerate(lad.prompts):
+        cfg = lad.dut_cfg(prompt=prompt)
+        if k == 0:
+            d_img, r_img = first_dut[0], (first_ref[0] if first_ref else None)
+        else:
+            d_img = lad.run(dut, cfg)[0][0]
+            r_img = lad.run(ref, lad.ref_cfg(cfg))[0][0]
+        d_path = lad.save_image(d_img, f"gallery_{k}_device.png")
+        entry: dict[str, Any] = {"prompt": prompt, "device": d_path.name}
+        if r_img is not None:
+            p_path = lad.save_image(pair(d_img, r_img, dut_label, ref_label), f"gallery_{k}_pair.png")
+            entry["pair"] = p_path.name
+        entries.append(entry)
+        sheet_images.append(d_img)
+    sheet = lad.save_image(contact_sheet(sheet_images, lad.prompts), "contact_sheet.png")
+    return {"entries": entries, "contact_sheet": sheet.name, "device_label": dut_label, "reference_label": ref_label,
+            "inputs": [Path(p).name for p in lad.image_paths]}
+
+
+def _finish(lad: Ladder, rungs: dict[str, RungResult], data: dict[str, Any], prog: _Progress,
+            seeds: list[int]) -> ValidationResult:
+    from ..report import write_report
+
+    t0 = prog.start("report")
+    ordered = {k: rungs[k] for k in RUNGS if k in rungs}
+    verdict = worst([r.verdict for r in ordered.values()])
+    if verdict is Verdict.SKIP:
+        verdict = Verdict.FAIL
+    config = {**lad.o.to_dict(), "rounds_effective": lad.rounds, "warmup_effective": lad.warmup, "seeds": seeds}
+    data["environment"] = fingerprint(lad.dut_backend, lad.ref_backend, config)
+    data["reproduce"] = _reproduce(lad.o)
+    data["config"] = config
+    data["device_label"] = f"{lad.dut_backend.device} {dtype_name(lad.dut_dtype)}"
+    data["reference_label"] = f"{lad.ref_device} {lad.ref_dtype}"
+    data["images"] = [p.name for p in lad.files]
+    result = ValidationResult(verdict=verdict, rungs=ordered, out_dir=lad.out, data=data)
+    result.report_paths = write_report(result, lad.out, lang=lad.o.lang, files=lad.files)
+    prog.done(None, t0, f"verdict {verdict}: {lad.out}")
+    return result

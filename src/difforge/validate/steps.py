@@ -1,0 +1,273 @@
+"""Teacher-forced per-step rung and first-divergent-layer localisation.
+
+Free-running trajectories of a diffusion model drift apart chaotically, so a small per-step error
+and a real bug can look alike at the end.  Here every step is isolated: the reference run's inputs
+at step ``i`` (latents and timestep, or URSA's token grid) are replayed on both pipelines through
+``forward_step`` and the outputs compared.  When a step fails, forward hooks on the transformer
+blocks name the first block whose output leaves the reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..config import RunConfig
+from .components import judge_cosine
+from .metrics import cosine, tensor_compare
+from .thresholds import (
+    BLOCK_COS_DIVERGE,
+    FLOOR_RATIO_PASS,
+    FLOOR_RATIO_WARN,
+    STEP_COS_PASS,
+    STEP_COS_WARN,
+    TOKEN_AGREE_WARN,
+)
+from .verdict import Row, RungResult, Verdict
+
+#: Output keys compared per step, by preference: Qwen's velocity, URSA's logits.
+PRIMARY_KEYS = ("noise_pred", "logits")
+
+
+@dataclass
+class StepTrace:
+    """Inputs and outputs of every denoising step of one run, as CPU copies (filled by ``hook``)."""
+
+    inputs: list[dict[str, torch.Tensor]] = field(default_factory=list)
+    outputs: list[dict[str, torch.Tensor]] = field(default_factory=list)
+
+    def hook(self, i: int, inputs: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor]) -> None:
+        while len(self.inputs) <= i:
+            self.inputs.append({})
+            self.outputs.append({})
+        self.inputs[i] = {k: _cpu(v) for k, v in inputs.items()}
+        self.outputs[i] = {k: _cpu(v) for k, v in outputs.items()}
+
+    def final(self) -> dict[str, torch.Tensor]:
+        return self.outputs[-1] if self.outputs else {}
+
+
+def _cpu(v: Any) -> Any:
+    return v.detach().to("cpu").clone() if isinstance(v, torch.Tensor) else v
+
+
+def primary_key(outputs: dict[str, torch.Tensor]) -> str:
+    for key in PRIMARY_KEYS:
+        if key in outputs:
+            return key
+    for key, value in outputs.items():
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            return key
+    raise KeyError(f"no floating-point output among {sorted(outputs)}")
+
+
+# ---- block capture ------------------------------------------------------------------------------
+def _flat(output: Any) -> torch.Tensor | None:
+    """All floating tensors of a block's output, flattened into one CPU float32 vector."""
+    found: list[torch.Tensor] = []
+
+    def walk(x: Any) -> None:
+        if isinstance(x, torch.Tensor):
+            if x.is_floating_point():
+                found.append(x.detach().reshape(-1).to("cpu", torch.float32))
+        elif isinstance(x, list | tuple):
+            for y in x:
+                walk(y)
+        elif isinstance(x, dict):
+            for y in x.values():
+                walk(y)
+
+    walk(output)
+    return torch.cat(found) if found else None
+
+
+@contextmanager
+def capture_blocks(pipeline: Any, reference: dict[str, list[torch.Tensor]] | None = None,
+                   ) -> Iterator[tuple[list[str], dict[str, list[Any]]]]:
+    """Hook every transformer block.  Without ``reference`` the outputs are stored; with it, each
+    call is compared on the fly (so the device side never holds all block outputs at once)."""
+    blocks = list(pipeline.transformer_blocks())
+    names = [name for name, _ in blocks]
+    store: dict[str, list[Any]] = {name: [] for name in names}
+    handles = []
+    for name, module in blocks:
+        def hook(_mod: Any, _args: Any, output: Any, name: str = name) -> None:
+            flat = _flat(output)
+            if flat is None:
+                return
+            if reference is None:
+                store[name].append(flat)
+                return
+            k = len(store[name])
+            ref_list = reference.get(name, [])
+            if k < len(ref_list) and ref_list[k].shape == flat.shape:
+                store[name].append(tensor_compare(flat, ref_list[k]))
+            else:
+                store[name].append({"cosine": float("nan"), "rel_l2": float("nan"), "max_abs": float("nan"),
+                                    "nonfinite_dut": 0, "mismatch": True})
+
+        handles.append(module.register_forward_hook(hook))
+    try:
+        yield names, store
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def localise(dut: Any, ref: Any, cfg: RunConfig, step: int, inputs: dict[str, torch.Tensor],
+             floor: Any | None = None) -> dict[str, Any]:
+    """Replay ``step`` with block hooks on the reference, the device and (if any) the floor; the first
+    divergent block is the first whose cosine falls below the threshold *and* whose rel-L2 exceeds the
+    floor's by more than the msprobe ratio (so precision drift alone never names a block)."""
+    with capture_blocks(ref) as (names, ref_store):
+        ref.forward_step(cfg, step, inputs)
+    with capture_blocks(dut, reference=ref_store) as (_, cmp_store):
+        dut.forward_step(cfg, step, inputs)
+    floor_store: dict[str, list[Any]] = {}
+    if floor is not None and floor is not dut:
+        with capture_blocks(floor, reference=ref_store) as (_, floor_store):
+            floor.forward_step(cfg, step, inputs)
+    elif floor is dut:
+        floor_store = cmp_store
+    blocks: list[dict[str, Any]] = []
+    first: str | None = None
+    for name in names:
+        calls = cmp_store.get(name) or []
+        if not calls:
+            continue
+        cos = min(c["cosine"] for c in calls)
+        rel = max(c["rel_l2"] for c in calls)
+        mx = max(c["max_abs"] for c in calls)
+        fcalls = floor_store.get(name) or []
+        frel = max(c["rel_l2"] for c in fcalls) if fcalls else None
+        diverged = not cos >= BLOCK_COS_DIVERGE  # NaN counts as divergent
+        if diverged and frel is not None and rel == rel:
+            diverged = rel > FLOOR_RATIO_PASS * frel
+        blocks.append({"block": name, "calls": len(calls), "cosine": cos, "rel_l2": rel, "max_abs": mx,
+                       "floor_rel_l2": frel, "divergent": diverged})
+        if diverged and first is None:
+            first = name
+    return {"step": step, "blocks": blocks, "first_divergent": first, "threshold": BLOCK_COS_DIVERGE,
+            "after_blocks": first is None}
+
+
+# ---- the rung -----------------------------------------------------------------------------------
+def _token_rule() -> str:
+    return f">= {TOKEN_AGREE_WARN:g}, or disagreement <= {FLOOR_RATIO_PASS:g}x floor's"
+
+
+def _judge_tokens(agree: float, floor_agree: float | None) -> Verdict:
+    """Token flips happen where logits are near-tied; judge them against the floor when there is one
+    (a nearly flat distribution flips many tokens at any precision)."""
+    if agree >= TOKEN_AGREE_WARN:
+        return Verdict.PASS
+    if floor_agree is not None and (1 - agree) <= max(FLOOR_RATIO_PASS * (1 - floor_agree), 0.01):
+        return Verdict.PASS
+    return Verdict.WARN
+
+
+def _token_agreement(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.reshape(-1) == b.reshape(-1)).double().mean())
+
+
+def judge_step(cos: float, rel: float, floor_cos: float | None, floor_rel: float | None) -> Verdict:
+    """cosine >= 0.999 passes outright; below it the device is judged against the floor's rel-L2
+    (msprobe ratio 2 PASS / 10 WARN); without a floor, msprobe's cosine 0.99 separates WARN/FAIL."""
+    if cos != cos:
+        return Verdict.FAIL
+    if cos >= STEP_COS_PASS:
+        return Verdict.PASS
+    if floor_rel is None:
+        return judge_cosine(cos, STEP_COS_PASS, STEP_COS_WARN)
+    ratio = rel / floor_rel if floor_rel > 0 else float("inf")
+    if ratio <= FLOOR_RATIO_PASS:
+        # as good as the trusted implementation at this dtype; warn if the dtype itself is poor here
+        return Verdict.PASS if (floor_cos or 0.0) >= STEP_COS_WARN else Verdict.WARN
+    return Verdict.WARN if ratio <= FLOOR_RATIO_WARN else Verdict.FAIL
+
+
+def step_rows(dut: Any, ref: Any, cfg: RunConfig, trace: StepTrace, label: str = "", floor: Any | None = None,
+              ) -> tuple[list[Row], list[dict]]:
+    """Replay every recorded step on the pipelines; one row (and one JSON dict) per step."""
+    rows: list[Row] = []
+    series: list[dict[str, Any]] = []
+    for i, inputs in enumerate(trace.inputs):
+        ref_out = ref.forward_step(cfg, i, inputs)
+        dut_out = dut.forward_step(cfg, i, inputs)
+        flo_out = dut_out if floor is dut else (floor.forward_step(cfg, i, inputs) if floor is not None else None)
+        key = primary_key(ref_out)
+        m = tensor_compare(dut_out[key], ref_out[key])
+        f = tensor_compare(flo_out[key], ref_out[key]) if flo_out is not None else None
+        row = Row(f"{label}step {i}")
+        verdict = judge_step(m["cosine"], m["rel_l2"], f["cosine"] if f else None, f["rel_l2"] if f else None)
+        row.add(f"{key} cosine", m["cosine"], f">= {STEP_COS_PASS} PASS, else rel-L2 vs floor",
+                verdict, "difforge-step")
+        row.add(f"{key} rel_l2", m["rel_l2"])
+        if f is not None:
+            row.add("floor cosine", f["cosine"])
+            row.add("rel_l2 / floor", m["rel_l2"] / f["rel_l2"] if f["rel_l2"] > 0 else float("inf"),
+                    f"<= {FLOOR_RATIO_PASS:g} PASS, <= {FLOOR_RATIO_WARN:g} WARN", None, "msprobe-ratio")
+        row.add(f"{key} max_abs", m["max_abs"])
+        bad = m["nonfinite_dut"] - m["nonfinite_ref"]
+        row.add("nonfinite_only_device", max(0, bad), "= 0", Verdict.PASS if bad <= 0 else Verdict.FAIL,
+                "msprobe-nan")
+        point: dict[str, Any] = {"step": i, "key": key, **{k: m[k] for k in ("cosine", "rel_l2", "max_abs")}}
+        if key == "logits":
+            argmax = _token_agreement(dut_out[key].argmax(-1), ref_out[key].argmax(-1))
+            f_arg = _token_agreement(flo_out[key].argmax(-1), ref_out[key].argmax(-1)) if flo_out else None
+            row.add("argmax agreement", argmax, _token_rule(), _judge_tokens(argmax, f_arg), "difforge-tokens")
+            point["argmax_agreement"] = argmax
+        if "tokens" in dut_out and "tokens" in ref_out:
+            sampled = _token_agreement(dut_out["tokens"], ref_out["tokens"])
+            f_s = (_token_agreement(flo_out["tokens"], ref_out["tokens"])
+                   if flo_out is not None and "tokens" in flo_out else None)
+            row.add("sampled-token agreement", sampled, _token_rule(), _judge_tokens(sampled, f_s), "difforge-tokens")
+            if f_s is not None:
+                row.add("floor sampled agreement", f_s)
+            point["sampled_agreement"] = sampled
+        recorded = trace.outputs[i].get(key)
+        if isinstance(recorded, torch.Tensor) and recorded.shape == ref_out[key].shape:
+            # Harness self-check: the reference's replay must reproduce its own run.
+            point["replay_self_cosine"] = cosine(ref_out[key], recorded)
+            row.add("replay self-check cosine", point["replay_self_cosine"])
+        row.settle()
+        point["verdict"] = str(row.verdict)
+        rows.append(row)
+        series.append(point)
+    return rows, series
+
+
+def step_rung(dut: Any, ref: Any, runs: list[tuple[RunConfig, StepTrace]], floor: Any | None = None) -> RungResult:
+    """Teacher-forced comparison on every (seed) run; localise the first failing (else warning) step."""
+    rows: list[Row] = []
+    per_seed: list[dict[str, Any]] = []
+    target: tuple[RunConfig, int, dict[str, torch.Tensor], Verdict] | None = None
+    for cfg, trace in runs:
+        label = f"seed {cfg.seed} " if len(runs) > 1 else ""
+        seed_rows, series = step_rows(dut, ref, cfg, trace, label, floor)
+        rows.extend(seed_rows)
+        per_seed.append({"seed": cfg.seed, "steps": series})
+        for i, row in enumerate(seed_rows):
+            if row.verdict is Verdict.FAIL and (target is None or target[3] is not Verdict.FAIL):
+                target = (cfg, i, trace.inputs[i], Verdict.FAIL)
+            elif row.verdict is Verdict.WARN and target is None:
+                target = (cfg, i, trace.inputs[i], Verdict.WARN)
+    data: dict[str, Any] = {"seeds": per_seed, "localisation": None}
+    result = RungResult.from_rows("step", rows, data=data)
+    if target is not None:
+        cfg, i, inputs, _ = target
+        loc = localise(dut, ref, cfg, i, inputs, floor)
+        loc["seed"] = cfg.seed
+        data["localisation"] = loc
+        where = loc["first_divergent"] or "after the last block (final norm / head)"
+        first_bad = next(r.subject for r in rows if r.verdict is result.verdict)
+        result.summary = f"first {result.verdict} at {first_bad}; first divergent block: {where}"
+    else:
+        n = len(rows)
+        result.summary = f"{n} teacher-forced steps within cosine >= {STEP_COS_PASS}"
+    result.data = data
+    return result

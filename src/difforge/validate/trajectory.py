@@ -1,0 +1,116 @@
+"""Trajectory rung: the full run from identical CPU-generated noise, judged against a noise floor.
+
+The floor is the reference device running at the *device's* dtype (with the reference op
+implementations): its distance from the float32 reference is what that precision alone costs on a
+trusted implementation.  A port is accepted when its own distance stays within the msprobe ratio
+(2x, warning up to 10x) of that floor — the rule msprobe applies to NPU-vs-GPU comparisons, with
+the reference device at the device's dtype standing in for the trusted second device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from PIL import Image
+
+from .metrics import image_compare, latent_compare
+from .steps import StepTrace
+from .thresholds import FLOOR_MIN_RMSE_LEVELS, FLOOR_RATIO_PASS, FLOOR_RATIO_WARN
+from .verdict import Row, RungResult, Verdict
+
+LATENT_KEYS = ("latents", "tokens")
+
+
+@dataclass
+class TrajectoryRun:
+    """One full run's images and per-step outputs."""
+
+    images: list[Image.Image]
+    trace: StepTrace
+
+
+def latent_key(trace: StepTrace) -> str | None:
+    final = trace.final()
+    return next((k for k in LATENT_KEYS if k in final), None)
+
+
+def per_step_divergence(dut: StepTrace, ref: StepTrace) -> list[dict[str, Any]]:
+    """Free-running distance per step (latent rel-L2, or token agreement for discrete models)."""
+    key = latent_key(ref)
+    if key is None:
+        return []
+    out = []
+    for i, (a, b) in enumerate(zip(dut.outputs, ref.outputs, strict=False)):
+        if key in a and key in b and a[key].shape == b[key].shape:
+            out.append({"step": i, **latent_compare(a[key], b[key])})
+    return out
+
+
+def judge_ratio(ratio: float) -> Verdict:
+    if ratio != ratio:
+        return Verdict.FAIL
+    if ratio <= FLOOR_RATIO_PASS:
+        return Verdict.PASS
+    return Verdict.WARN if ratio <= FLOOR_RATIO_WARN else Verdict.FAIL
+
+
+def trajectory_rows(seed: int, dut: TrajectoryRun, ref: TrajectoryRun, floor: TrajectoryRun | None,
+                    label: str) -> tuple[list[Row], dict[str, Any]]:
+    rows: list[Row] = []
+    data: dict[str, Any] = {"seed": seed, "images": [], "latent": None}
+    for k, (a, b) in enumerate(zip(dut.images, ref.images, strict=False)):
+        m = image_compare(a, b)
+        f = image_compare(floor.images[k], b) if floor is not None and k < len(floor.images) else None
+        row = Row(f"{label}image {k}")
+        for key in ("mse", "mae", "psnr_db", "ssim", "within_1", "within_4", "within_16"):
+            row.add(key, m[key])
+        row.add("rmse_levels", m["rmse"])
+        if f is not None:
+            floor_rmse = max(f["rmse"], FLOOR_MIN_RMSE_LEVELS)
+            ratio = m["rmse"] / floor_rmse
+            row.add("floor_rmse_levels", f["rmse"])
+            row.add("floor_psnr_db", f["psnr_db"])
+            row.add("floor_ssim", f["ssim"])
+            row.add("rmse / floor", ratio, f"<= {FLOOR_RATIO_PASS:g} PASS, <= {FLOOR_RATIO_WARN:g} WARN",
+                    judge_ratio(ratio), "difforge-floor")
+        rows.append(row)
+        data["images"].append({"device": m, "floor": f})
+    key = latent_key(ref.trace)
+    if key is not None and key in dut.trace.final():
+        lat = latent_compare(dut.trace.final()[key], ref.trace.final()[key])
+        flat = (latent_compare(floor.trace.final()[key], ref.trace.final()[key])
+                if floor is not None and key in floor.trace.final() else None)
+        row = Row(f"{label}final {key}")
+        for name, value in lat.items():
+            if name in ("mse", "mae", "cosine", "rel_l2", "token_agreement"):
+                row.add(name, value)
+        if flat is not None:
+            for name, value in flat.items():
+                if name in ("mse", "cosine", "token_agreement"):
+                    row.add(f"floor {name}", value)
+        rows.append(row)
+        data["latent"] = {"key": key, "device": lat, "floor": flat}
+    data["per_step"] = per_step_divergence(dut.trace, ref.trace)
+    data["per_step_floor"] = per_step_divergence(floor.trace, ref.trace) if floor is not None else []
+    return rows, data
+
+
+def trajectory_rung(runs: list[tuple[int, TrajectoryRun, TrajectoryRun, TrajectoryRun | None]],
+                    floor_label: str) -> RungResult:
+    """``runs``: (seed, device run, reference run, floor run) per seed."""
+    rows: list[Row] = []
+    seeds: list[dict[str, Any]] = []
+    for seed, dut, ref, floor in runs:
+        label = f"seed {seed} " if len(runs) > 1 else ""
+        r, d = trajectory_rows(seed, dut, ref, floor, label)
+        rows.extend(r)
+        seeds.append(d)
+    result = RungResult.from_rows("trajectory", rows, data={"seeds": seeds, "floor": floor_label})
+    judged = [r for r in rows if any(m.name == "rmse / floor" for m in r.measurements)]
+    if judged:
+        worst_ratio = max(r.get("rmse / floor") for r in judged)
+        psnrs = [r.get("psnr_db") for r in judged]
+        result.summary = (f"image RMSE at most {worst_ratio:.2f}x the {floor_label} floor "
+                          f"(PSNR {min(psnrs):.1f} dB worst)")
+    return result

@@ -1,0 +1,95 @@
+"""Verdicts and the small records every rung of the acceptance ladder returns.
+
+A rung is a list of rows (one per operator, component, step, image ...); a row is a list of
+measurements; a measurement carries its value, the threshold it was judged against and the
+source of that threshold, so the report can print all three side by side.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Verdict(str, Enum):
+    """Ordered outcome: PASS < WARN < FAIL; SKIP (not applicable) never changes a combined verdict."""
+
+    PASS = "PASS"
+    WARN = "WARN"
+    FAIL = "FAIL"
+    SKIP = "SKIP"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_RANK = {Verdict.SKIP: -1, Verdict.PASS: 0, Verdict.WARN: 1, Verdict.FAIL: 2}
+
+
+def worst(verdicts: list[Verdict] | tuple[Verdict, ...]) -> Verdict:
+    """The combined verdict: the worst non-SKIP one, SKIP when every part was skipped."""
+    real = [v for v in verdicts if v is not Verdict.SKIP]
+    if not real:
+        return Verdict.SKIP
+    return max(real, key=lambda v: _RANK[v])
+
+
+@dataclass
+class Measurement:
+    """One number judged against a threshold; ``verdict`` is None for informative values."""
+
+    name: str
+    value: Any
+    threshold: str = ""
+    verdict: Verdict | None = None
+    source: str = ""  # key into thresholds.SOURCES
+
+
+@dataclass
+class Row:
+    """One subject of a rung (an operator, a component, a denoising step, a phase ...)."""
+
+    subject: str
+    measurements: list[Measurement] = field(default_factory=list)
+    verdict: Verdict = Verdict.PASS
+    note: str = ""
+
+    def add(self, name: str, value: Any, threshold: str = "", verdict: Verdict | None = None,
+            source: str = "") -> Measurement:
+        m = Measurement(name, value, threshold, verdict, source)
+        self.measurements.append(m)
+        return m
+
+    def settle(self) -> Verdict:
+        """Row verdict = worst judged measurement (informative ones do not count)."""
+        judged = [m.verdict for m in self.measurements if m.verdict is not None]
+        self.verdict = worst(judged) if judged else Verdict.PASS
+        return self.verdict
+
+    def get(self, name: str) -> Any:
+        for m in self.measurements:
+            if m.name == name:
+                return m.value
+        raise KeyError(name)
+
+
+@dataclass
+class RungResult:
+    """The outcome of one rung: verdict, a one-line finding, its rows and raw data for report.json."""
+
+    key: str
+    verdict: Verdict
+    summary: str = ""
+    rows: list[Row] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @classmethod
+    def from_rows(cls, key: str, rows: list[Row], summary: str = "", data: dict[str, Any] | None = None,
+                  ) -> RungResult:
+        verdict = worst([r.settle() for r in rows]) if rows else Verdict.SKIP
+        return cls(key, verdict, summary, rows, dict(data or {}))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,66 @@
+"""Report rendering from a hand-built result: self-contained HTML, strict JSON, both languages."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from PIL import Image
+
+from difforge.report import fmt, write_report
+from difforge.validate.options import ValidationResult
+from difforge.validate.verdict import Row, RungResult, Verdict
+
+
+def _result(out: Path) -> tuple[ValidationResult, list[Path]]:
+    img = out / "images" / "contact_sheet.png"
+    img.parent.mkdir(parents=True)
+    Image.new("RGB", (16, 16), (200, 10, 10)).save(img)
+    row = Row("step 0")
+    row.add("cosine", 0.9999, ">= 0.999", Verdict.PASS, "aws-nxdi")
+    row.add("rel_l2", float("nan"))
+    step = RungResult.from_rows("step", [row], "ok", {
+        "seeds": [{"seed": 0, "steps": [{"step": 0, "cosine": 0.9999, "rel_l2": 0.01, "max_abs": 0.1}]}],
+        "localisation": {"step": 0, "seed": 0, "threshold": 0.999, "first_divergent": "layers.0", "after_blocks": False,
+                         "blocks": [{"block": "layers.0", "cosine": 0.5, "rel_l2": 1.0, "max_abs": 3.0,
+                                     "floor_rel_l2": 0.01, "divergent": True, "calls": 1}]},
+    })
+    bench = RungResult("benchmark", Verdict.PASS, "fast", data={"step_times_s": [[0.1, 0.11], [0.1, 0.12]]})
+    result = ValidationResult(Verdict.PASS, {"step": step, "benchmark": bench}, out, data={
+        "options": {"model": "tiny-ursa"}, "family": "ursa", "device_label": "cpu bfloat16",
+        "reference_label": "cpu float32", "environment": {"packages": {"torch": "2.x"}},
+        "reproduce": ["difforge validate --model tiny-ursa --out r"], "adaptations": [
+            {"what": "rms_norm", "choice": "fused", "exact": False, "detail": "d"}],
+        "gallery": {"entries": [{"prompt": "a bear", "device": "contact_sheet.png"}],
+                    "contact_sheet": "contact_sheet.png"},
+        "notes": ["a note"],
+    })
+    return result, [img]
+
+
+def test_write_report_en(tmp_path: Path) -> None:
+    result, files = _result(tmp_path)
+    paths = write_report(result, tmp_path, lang="en", files=files)
+    html = paths["html"].read_text()
+    srcs = re.findall(r'src="([^"]+)"', html)
+    assert srcs and all(s.startswith("data:image/png;base64,") for s in srcs)  # self-contained
+    assert len(srcs) == 4  # step error plot, step time plot, block plot, contact sheet
+    data = json.loads(paths["json"].read_text())  # strict JSON: NaN became a string
+    assert data["rungs"]["step"]["rows"][0]["measurements"][1]["value"] == "nan"
+    md = paths["markdown"].read_text()
+    assert ">= 0.999 [AWS NxDI contrib ports]" in md and "layers.0" in md and "approximate" in md
+    sums = paths["sha256"].read_text()
+    assert "images/contact_sheet.png" in sums and "report.html" in sums
+    assert not list(tmp_path.rglob("*.part*"))  # atomic writes left no temp file
+
+
+def test_write_report_zh(tmp_path: Path) -> None:
+    result, files = _result(tmp_path)
+    md = write_report(result, tmp_path, lang="zh", files=files)["markdown"].read_text()
+    assert "## 1. 简介" in md and "## 10. 交付件清单" in md and "近似" in md
+
+
+def test_fmt() -> None:
+    assert fmt(None) == "–" and fmt(True) == "yes" and fmt(0.0) == "0"
+    assert fmt(1.23456789) == "1.23457" and fmt(1e-7) == "1.000e-07" and fmt(float("inf")) == "inf"

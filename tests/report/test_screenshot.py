@@ -1,0 +1,33 @@
+"""The HTML report opens in headless Chromium with its images visible (skipped without Chromium)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from difforge.report import write_report
+
+from .test_render import _result
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "screenshot_report.sh"
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
+def test_report_html_renders_in_headless_chromium(tmp_path: Path) -> None:
+    result, files = _result(tmp_path)
+    html = write_report(result, tmp_path, files=files)["html"]
+    shot = tmp_path / "shot.png"
+    subprocess.run([str(SCRIPT), str(html), str(shot), "1000", "4000"], check=True, timeout=120,
+                   capture_output=True)
+    arr = np.asarray(Image.open(shot).convert("RGB"))
+    assert arr.shape[:2] == (4000, 1000)
+    # the embedded plots and the red contact-sheet tile are drawn: plot blue and pure red pixels exist
+    red = (arr[..., 0] > 180) & (arr[..., 1] < 40) & (arr[..., 2] < 40)
+    assert red.sum() > 100
+    assert arr.std() > 10  # not a blank page
