@@ -67,7 +67,7 @@ RecordOpt = Annotated[Path | None, typer.Option("--record", help="Write the RunR
 def _report(result: Any, record_path: Path | None, quiet: bool) -> None:
     rec = result.record
     for p in result.paths:
-        typer.echo(f"image: {p}")
+        typer.echo(f"output: {p}")
     if record_path:
         typer.echo(f"record: {record_path}")
     if not quiet:

@@ -24,6 +24,7 @@ PIPELINE_CLASSES = {
 }
 BUILTIN_MODELS = {
     "tiny-ursa": URSA,
+    "tiny-ursa-video": URSA,
     "tiny-qwen-edit": QWEN_EDIT,
     "tiny-qwen-edit-plus": QWEN_EDIT_PLUS,
 }

@@ -24,6 +24,10 @@ def _builder(name: str) -> Callable[[Path], None]:
         from .ursa.tiny import build_tiny_ursa
 
         return build_tiny_ursa
+    if name == "tiny-ursa-video":
+        from .ursa.tiny import build_tiny_ursa_video
+
+        return build_tiny_ursa_video
     from .qwen_edit.tiny import build_tiny_qwen_edit
 
     plus = name == "tiny-qwen-edit-plus"

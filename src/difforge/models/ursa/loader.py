@@ -22,6 +22,7 @@ from .scheduler import DFMScheduler
 from .tokenizer import PromptTokenizer
 from .transformer import URSATransformer
 from .vae import AutoencoderVQ
+from .vae_fsq import AutoencoderVQCosmos3D, FSQConfig
 
 COMPONENT_CLASSES = {
     "transformer": ("URSATransformer3DModel",),
@@ -50,10 +51,6 @@ def component_classes(folder: Path) -> dict[str, str]:
         if not (folder / name).is_dir():
             raise CheckpointError(f"Missing component folder {folder / name}.")
         out[name] = cls
-    if out["vae"] == "AutoencoderVQCosmos3D":
-        raise ModelFamilyError(
-            f"{folder} is an FSQ video URSA checkpoint (AutoencoderVQCosmos3D); difforge decodes only IBQ image models so far."
-        )
     return out
 
 
@@ -83,7 +80,7 @@ class URSACheckpoint:
     folder: Path
     classes: dict[str, str]
     transformer_config: URSATransformerConfig
-    vae_config: VQConfig
+    vae_config: VQConfig | FSQConfig
     scheduler_config: SchedulerConfig
     codebook: torch.Tensor
     tokenizer: PromptTokenizer
@@ -92,7 +89,11 @@ class URSACheckpoint:
     def read_configs(cls, folder: Path) -> URSACheckpoint:
         classes = component_classes(folder)
         tcfg = URSATransformerConfig.from_dict(read_json(folder / "transformer" / "config.json"))
-        vcfg = VQConfig.from_dict(read_json(folder / "vae" / "config.json"))
+        vae_json = read_json(folder / "vae" / "config.json")
+        # The VAE class decides the quantiser (VQ codebook vs FSQ digits) and the decoder; the
+        # config's private ``_quantizer_name`` is ignored, like the reference does.
+        fsq = classes["vae"] == "AutoencoderVQCosmos3D"
+        vcfg = FSQConfig.from_dict(vae_json) if fsq else VQConfig.from_dict(vae_json)
         scfg = SchedulerConfig.from_dict(read_json(folder / "scheduler" / "scheduler_config.json"))
         tensors = read_pth_tensors(folder / "scheduler" / "scheduler_model.pth")
         emb = tensors.get("path.emb")
@@ -112,9 +113,10 @@ class URSACheckpoint:
         load_strict(model, load_component_state_dict(self.folder / "transformer"), str(self.folder / "transformer"))
         return model
 
-    def load_vae(self) -> AutoencoderVQ:
+    def load_vae(self) -> AutoencoderVQ | AutoencoderVQCosmos3D:
         with torch.device("meta"):
-            vae = AutoencoderVQ(self.vae_config)
+            cfg = self.vae_config
+            vae = AutoencoderVQCosmos3D(cfg) if isinstance(cfg, FSQConfig) else AutoencoderVQ(cfg)
         load_strict(vae, load_component_state_dict(self.folder / "vae"), str(self.folder / "vae"))
         return vae
 

@@ -8,8 +8,15 @@ speed-ups below are on by default and each can be switched off through ``cfg.dis
 * ``lm-head-slice``       - lm_head only on the rows the sampler reads (bov .. second-to-last image token)
 * ``reuse-first-forward`` - metric path: step 0 (t = 0) cannot move a token, so steps 0 and 1 share one
                             forward and step 0 only advances the random stream
+* ``rope-cache``          - the rotary table is built once per call, not once per forward
+* ``pinned-draws``        - accelerators: host random draws go to pinned memory, so their copy to the
+                            device does not block the host (same numbers)
 Opt-in approximations (``cfg.fast``): ``unguided-tail`` - steps with t >= guidance_trunc run the
-conditional half only (u + (c - u) differs from c by an ulp, so a rare draw can flip).
+conditional half only (u + (c - u) differs from c by an ulp, so a rare draw can flip);
+``device-rng`` - random draws from a generator on the run device and a sync-free jump step (same
+distributions, another random stream; on accelerators this removes the per-step host sampling that
+otherwise dominates the step).  ``cfg.compile`` compiles the decoder layer (regional compile, see
+:mod:`difforge.runtime.compile`); it is exact within floating-point noise, not bit for bit.
 """
 
 from __future__ import annotations
@@ -28,20 +35,23 @@ from ...config import RunConfig
 from ...devices import Backend, dtype_name
 from ...errors import InputError, SizeError, StepsError
 from ...ops import select_ops
+from ...runtime.compile import CompilePolicy, compile_function, compile_policy
 from ...runtime.progress import track
 from ...runtime.record import RunRecord
 from ...runtime.steps import StepTimer
 from .loader import URSACheckpoint
 from .rope import positions
-from .sampling import random_codes
+from .sampling import Draws, device_generator, random_codes
 from .scheduler import DFMScheduler
 from .tokenizer import PromptTokenizer
-from .transformer import URSATransformer
+from .transformer import URSATransformer, run_layer
 from .vae import AutoencoderVQ, to_uint8
 
 DEFAULT_HEIGHT, DEFAULT_WIDTH, DEFAULT_STEPS = 320, 512, 25
-EXACT_OPTIMISATIONS = ("lm-head-slice", "reuse-first-forward")
-FAST_OPTIMISATIONS = ("unguided-tail",)
+EXACT_OPTIMISATIONS = ("lm-head-slice", "reuse-first-forward", "rope-cache", "pinned-draws")
+FAST_OPTIMISATIONS = ("unguided-tail", "device-rng")
+#: Devices whose host-to-device copies can overlap the host when the source is pinned.
+PINNED_COPY_DEVICES = ("cuda", "npu", "xpu")
 
 StepHook = Callable[[int, dict[str, torch.Tensor], dict[str, torch.Tensor]], None]
 
@@ -86,6 +96,7 @@ class URSAPipeline:
         self._vae_device = self.device
         self.last_tokens: torch.Tensor | None = None  # (B, T, h, w) int64 on the CPU, from the latest call
         self.last_frames: np.ndarray | None = None  # (B, T, H, W, 3) uint8, from the latest call
+        self.compile_policy: CompilePolicy | None = None  # set while the decoder layer is compiled
 
     # ------------------------------------------------------------------------------------ loading
     @classmethod
@@ -200,18 +211,40 @@ class URSAPipeline:
         return {
             "lm_head_slice": "lm-head-slice" not in cfg.disable,
             "reuse_first": "reuse-first-forward" not in cfg.disable and self.scheduler.is_metric,
+            "rope_cache": "rope-cache" not in cfg.disable,
+            "pinned_draws": "pinned-draws" not in cfg.disable and self.device.type in PINNED_COPY_DEVICES,
             "unguided_tail": "unguided-tail" in cfg.fast,
+            "device_rng": "device-rng" in cfg.fast,
         }
 
+    # ------------------------------------------------------------------------------------ compile
+    def set_compile(self, enabled: bool) -> CompilePolicy | None:
+        """Compile the decoder layer for this device (or go back to eager); returns the policy in force.
+
+        The compiled function is kept while enabled, so repeated calls reuse its graphs.  A device
+        without a usable compiler stays eager and the returned policy says why.
+        """
+        if not enabled:
+            self.transformer.set_layer_fn(None)
+            self.compile_policy = None
+            return None
+        if self.compile_policy is None:
+            policy = compile_policy(self.device.type)
+            self.transformer.set_layer_fn(compile_function(run_layer, policy))
+            self.compile_policy = policy
+        return self.compile_policy
+
     # ------------------------------------------------------------------------------------ denoising
-    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, n_img: int, sliced: bool) -> torch.Tensor:
+    def _forward(
+        self, ids: torch.Tensor, pos: torch.Tensor, n_img: int, sliced: bool, rope: object | None = None
+    ) -> torch.Tensor:
         """Raw logits of the sampler's rows: positions bov .. second-to-last image token."""
         length = ids.shape[1]
         rows = slice(length - n_img - 1, length - 1)
         with torch.no_grad():
             if sliced:
-                return self.transformer(ids, pos, logits_slice=rows)
-            return self.transformer(ids, pos)[:, rows]
+                return self.transformer(ids, pos, logits_slice=rows, rope=rope)
+            return self.transformer(ids, pos, rope=rope)[:, rows]
 
     @torch.no_grad()
     def generate_tokens(
@@ -235,7 +268,12 @@ class URSAPipeline:
         n_img = math.prod(latent_shape)
         k = self.scheduler.codebook_size
         x = random_codes((batch, *latent_shape), k, dev, generator).flatten(1)
+        if flags["device_rng"]:
+            draws = Draws(device_generator(dev, generator), on_device=True)
+        else:
+            draws = Draws(generator, pin=flags["pinned_draws"])
         pos = positions(latent_shape, text_len).to(dev)
+        rope = self.transformer.rope(pos) if flags["rope_cache"] else None
         use_cfg = guidance > 1
         img = F.pad(x + tcfg.lm_vocab_size, (1, 0), value=tcfg.bov_token_id)
         ids = torch.cat([cond_ids.to(dev), img], 1)
@@ -252,7 +290,7 @@ class URSAPipeline:
             if flags["reuse_first"] and i == 1 and saved is not None:
                 raw, saved, tail = saved, None, False
             else:
-                raw = self._forward(ids[:batch] if tail else ids, pos, n_img, flags["lm_head_slice"])
+                raw = self._forward(ids[:batch] if tail else ids, pos, n_img, flags["lm_head_slice"], rope)
                 forwards += 0.5 if tail else 1.0
             skip = flags["reuse_first"] and i == 0
             if skip:
@@ -267,9 +305,9 @@ class URSAPipeline:
                 z = raw.clone() if skip and step_hook is not None else raw
             z_out = _cpu_copy(z, torch.float32) if step_hook is not None and z is not None else None
             if skip:
-                self.scheduler.skip_first_step((batch, n_img, k), raw.dtype, generator)
+                self.scheduler.skip_first_step((batch, n_img, k), raw.dtype, draws)
             else:
-                x = self.scheduler.step(z, i, steps, x, generator)
+                x = self.scheduler.step(z, i, steps, x, draws)
             if step_hook is not None:
                 step_hook(i, {"tokens": before}, {"logits": z_out, "tokens": _cpu_copy(x)})
             ids.view(-1, batch, ids.shape[1])[..., -n_img:] = x + tcfg.lm_vocab_size  # both CFG halves
@@ -303,9 +341,30 @@ class URSAPipeline:
             "shared by steps 0 and 1" if flags["reuse_first"] else "one forward per step (reference)",
             detail="metric path only; disable with 'reuse-first-forward'",
         )
+        record.adapt(
+            "rope table",
+            "built once per call" if flags["rope_cache"] else "built every forward (reference)",
+            detail="disable with 'rope-cache'",
+        )
+        if self.device.type in PINNED_COPY_DEVICES:
+            record.adapt(
+                "host draws",
+                "pinned memory, asynchronous copy" if flags["pinned_draws"] else "pageable memory (blocking copy)",
+                detail="disable with 'pinned-draws'",
+            )
         if flags["unguided_tail"]:
             record.adapt("unguided tail", "cond-only forward when t >= guidance_trunc", exact=False,
                          detail="u + (c - u) differs from c by an ulp")
+        if flags["device_rng"]:
+            record.adapt("random stream", f"generator on {self.device.type}, sync-free jump step", exact=False,
+                         detail="same distributions, not the reference's CPU stream; opt in with fast 'device-rng'")
+        policy = self.set_compile(cfg.compile)
+        if policy is not None:
+            if policy.available:
+                record.adapt("compile", f"{policy.label}: regional (decoder layer)", exact=False,
+                             detail=f"{policy.detail}; exact within floating-point noise, not bit for bit")
+            else:
+                record.adapt("compile", "eager (compile requested)", detail=policy.detail)
 
     # ------------------------------------------------------------------------------------ decoding
     def decode_tokens(self, tokens: torch.Tensor) -> np.ndarray:

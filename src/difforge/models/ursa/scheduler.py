@@ -5,6 +5,12 @@ sample x1 from softmax(logits), (2) one uniform per token, (3) a categorical sam
 that jump; the final step draws only (1).  Operation order below follows the reference wherever it
 decides rounding - notably the distance buffer is written into the logits tensor's own storage (so it
 takes the logits dtype) while the codebook terms stay float16.
+
+Every ``generator`` argument also takes a :class:`~.sampling.Draws` (pinned host draws, or device
+draws).  With device draws the jump step samples every row and keeps the jumping ones with
+``torch.where``: no data-dependent shape, no host sync, a different random stream.  The default
+path keeps the reference's ``categorical(v[jump])``, whose draw count - and therefore the rest of
+the CPU stream - depends on how many tokens jump, so that one host sync per step stays.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from .config import SchedulerConfig
-from .sampling import categorical, skip_categorical, uniform
+from .sampling import Draws, as_draws, categorical, skip_categorical, uniform
 
 
 def timestep_t(i: int, num_steps: int, shift: float = 1.0) -> float:
@@ -59,7 +65,9 @@ class MetricPath:
         a, b = F.normalize(a, dim=-1, eps=self.eps), F.normalize(b, dim=-1, eps=self.eps)
         return a.sub(b).abs_().square_().sum(-1, keepdim=True)
 
-    def velocity(self, logits: torch.Tensor, x_t: torch.Tensor, t: float, generator: torch.Generator) -> torch.Tensor:
+    def velocity(
+        self, logits: torch.Tensor, x_t: torch.Tensor, t: float, generator: torch.Generator | Draws
+    ) -> torch.Tensor:
         """Rate of jumping to each code; overwrites ``logits`` (it becomes the distance buffer)."""
         d_beta = self.d_beta(t)
         emb_x1 = self.emb[categorical(logits.softmax(-1), generator)]
@@ -83,7 +91,9 @@ class MixturePath:
     def to(self, device: torch.device) -> MixturePath:
         return self
 
-    def velocity(self, logits: torch.Tensor, x_t: torch.Tensor, t: float, generator: torch.Generator) -> torch.Tensor:
+    def velocity(
+        self, logits: torch.Tensor, x_t: torch.Tensor, t: float, generator: torch.Generator | Draws
+    ) -> torch.Tensor:
         x1 = categorical(logits.softmax(-1), generator)
         return logits.zero_().scatter_(-1, x1.unsqueeze(-1), 1 / (1 - t))
 
@@ -123,9 +133,10 @@ class DFMScheduler:
         return [self.t(i, num_steps) for i in range(num_steps)]
 
     def step(
-        self, logits: torch.Tensor, i: int, num_steps: int, x: torch.Tensor, generator: torch.Generator
+        self, logits: torch.Tensor, i: int, num_steps: int, x: torch.Tensor, generator: torch.Generator | Draws
     ) -> torch.Tensor:
         """Tokens after step ``i``.  ``logits [B, N, K]`` is consumed (overwritten); ``x [B, N]`` is not."""
+        draws = as_draws(generator)
         if i == num_steps - 1:
             return categorical(logits.softmax(-1), generator)
         t = self.t(i, num_steps)
@@ -133,21 +144,30 @@ class DFMScheduler:
         v = self.path.velocity(logits, x, t, generator)
         u = uniform(tuple(x.shape), v.dtype, x.device, generator)
         thresh = 1 - v.scatter_(-1, x[..., None], 0).sum(-1).mul_(-dt).exp_()
+        if draws.on_device:  # every row drawn (rows that cannot jump may be all-zero: argmax 0, discarded)
+            return torch.where(u < thresh, categorical(v, draws), x)
         out, jump = x.clone(), u < thresh
         out[jump] = categorical(v[jump], generator)
         return out
 
-    def skip_first_step(self, shape: tuple[int, int, int], dtype: torch.dtype, generator: torch.Generator) -> None:
+    def skip_first_step(
+        self, shape: tuple[int, int, int], dtype: torch.dtype, generator: torch.Generator | Draws
+    ) -> None:
         """Metric path, step 0 (t = 0): no token can move (the rate is exactly 0), so only advance the stream.
 
         The three draws are: the x1 categorical over ``[B*N, K]``, ``B*N`` uniforms, and a categorical
-        over zero jumping rows (which draws nothing).
+        over the jumping rows - zero rows (nothing drawn) on the reference stream, all ``B*N`` rows with
+        device draws.
         """
         if not self.is_metric:
             raise ValueError("skip_first_step holds only on the metric path.")
+        draws = as_draws(generator)
         b, n, k = shape
-        skip_categorical((b * n, k), dtype, generator)
-        torch.empty((b, n), dtype=dtype).uniform_(generator=generator)
+        skip_categorical((b * n, k), dtype, draws)
+        where = draws.generator.device if draws.on_device else torch.device("cpu")
+        torch.empty((b, n), dtype=dtype, device=where).uniform_(generator=draws.generator)
+        if draws.on_device:
+            skip_categorical((b * n, k), dtype, draws)
 
     def add_noise(self, x1: torch.Tensor, t: float, generator: torch.Generator) -> torch.Tensor:
         return self.path.add_noise(x1, t, generator)

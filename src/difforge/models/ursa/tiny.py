@@ -26,6 +26,7 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalize
 from .config import URSATransformerConfig, VQConfig
 from .transformer import URSATransformer
 from .vae import AutoencoderVQ
+from .vae_fsq import FSQ_LEVELS, AutoencoderVQCosmos3D, FSQConfig
 
 QWEN_SPECIALS = (
     "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
@@ -47,6 +48,8 @@ MERGES = (
 CODEBOOK = 64
 VAE_CHANNELS = (32, 32, 32, 32, 32)  # stride 16, like the real IBQ tokenizer
 SEED = 20250101
+VIDEO_VAE_CHANNELS = (16, 32, 32, 32)  # the FSQ320 VAE's 4-block layout, narrower
+VIDEO_SEED = 20250102
 
 
 def _byte_chars() -> list[str]:
@@ -140,26 +143,21 @@ def _torch_save_deterministic(obj: dict[str, torch.Tensor], path: Path) -> None:
             dst.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), data)
 
 
-def build_tiny_ursa(folder: Path) -> None:
-    """Write the tiny-ursa checkpoint into ``folder`` (created if needed)."""
-    folder = Path(folder)
-    tok = build_tokenizer()
+def _tiny_transformer_config(tok: Tokenizer) -> URSATransformerConfig:
     lm_vocab = tok.get_vocab_size(with_added_tokens=True)
-    tcfg = URSATransformerConfig(
+    return URSATransformerConfig(
         hidden_size=64, intermediate_size=128, num_attention_heads=2, num_key_value_heads=1,
         num_hidden_layers=2, max_window_layers=2, rope_theta=1000000, vocab_size=lm_vocab + CODEBOOK,
         lm_vocab_size=lm_vocab, lm_head_size=CODEBOOK, bov_token_id=tok.token_to_id("<|vision_start|>"),
     )
-    vcfg = VQConfig(
-        block_out_channels=VAE_CHANNELS, layers_per_block=1, latent_channels=4, num_vq_embeddings=CODEBOOK,
-        vq_embed_dim=4, attn_down_block=True, attn_up_block=True, temporal_stride=1, spatial_stride=16,
-    )
 
+
+def _write_tokenizer_and_transformer(folder: Path, tok: Tokenizer, tcfg: URSATransformerConfig,
+                                     gen: torch.Generator) -> None:
     (folder / "tokenizer").mkdir(parents=True, exist_ok=True)
     (folder / "tokenizer" / "tokenizer.json").write_text(tok.to_str(pretty=True) + "\n", encoding="utf-8")
     _write_json(folder / "tokenizer" / "tokenizer_config.json", _tokenizer_config(tok))
 
-    gen = torch.Generator().manual_seed(SEED)
     transformer = URSATransformer(tcfg)
     _init_(transformer, gen, {"lm_head": 4.0})
     (folder / "transformer").mkdir(exist_ok=True)
@@ -170,6 +168,37 @@ def build_tiny_ursa(folder: Path) -> None:
     save_file({k: v.contiguous() for k, v in transformer.state_dict().items()},
               str(folder / "transformer" / "diffusion_pytorch_model.safetensors"), metadata={"format": "pt"})
 
+
+def _write_scheduler_and_index(folder: Path, codebook: torch.Tensor, vae_class: str) -> None:
+    _write_json(
+        folder / "scheduler" / "scheduler_config.json",
+        {"_class_name": "KineticOptimalScheduler", "alpha": 0.9, "c": 3.0, "eps": 1e-05, "shift": 1.0},
+    )
+    _torch_save_deterministic({"path.emb": codebook}, folder / "scheduler" / "scheduler_model.pth")
+    _write_json(
+        folder / "model_index.json",
+        {
+            "_class_name": "URSAPipeline",
+            "scheduler": ["__scheduler__", "KineticOptimalScheduler"],
+            "tokenizer": ["transformers", "Qwen2TokenizerFast"],
+            "transformer": ["__transformer__", "URSATransformer3DModel"],
+            "vae": ["__vae__", vae_class],
+        },
+    )
+
+
+def build_tiny_ursa(folder: Path) -> None:
+    """Write the tiny-ursa checkpoint into ``folder`` (created if needed)."""
+    folder = Path(folder)
+    tok = build_tokenizer()
+    tcfg = _tiny_transformer_config(tok)
+    vcfg = VQConfig(
+        block_out_channels=VAE_CHANNELS, layers_per_block=1, latent_channels=4, num_vq_embeddings=CODEBOOK,
+        vq_embed_dim=4, attn_down_block=True, attn_up_block=True, temporal_stride=1, spatial_stride=16,
+    )
+    gen = torch.Generator().manual_seed(SEED)
+    _write_tokenizer_and_transformer(folder, tok, tcfg, gen)
+
     vae = AutoencoderVQ(vcfg)
     _init_(vae, gen, {"decoder.conv_out": 0.5})
     v_config = {"_class_name": "AutoencoderVQ", "_quantizer_name": "VQuantizer", **vcfg.__dict__}
@@ -178,20 +207,39 @@ def build_tiny_ursa(folder: Path) -> None:
     save_file({k: v.contiguous() for k, v in vae.state_dict().items()},
               str(folder / "vae" / "diffusion_pytorch_model.safetensors"), metadata={"format": "pt"})
 
-    _write_json(
-        folder / "scheduler" / "scheduler_config.json",
-        {"_class_name": "KineticOptimalScheduler", "alpha": 0.9, "c": 3.0, "eps": 1e-05, "shift": 1.0},
-    )
-    codebook = vae.quantizer.embedding.weight.detach().clone()
-    _torch_save_deterministic({"path.emb": codebook}, folder / "scheduler" / "scheduler_model.pth")
+    _write_scheduler_and_index(folder, vae.quantizer.embedding.weight.detach().clone(), "AutoencoderVQ")
 
-    _write_json(
-        folder / "model_index.json",
-        {
-            "_class_name": "URSAPipeline",
-            "scheduler": ["__scheduler__", "KineticOptimalScheduler"],
-            "tokenizer": ["transformers", "Qwen2TokenizerFast"],
-            "transformer": ["__transformer__", "URSATransformer3DModel"],
-            "vae": ["__vae__", "AutoencoderVQ"],
-        },
+
+def build_tiny_ursa_video(folder: Path) -> None:
+    """Write ``tiny-ursa-video``: tiny-ursa's tokenizer and transformer shape with an FSQ video VAE.
+
+    The VAE has the real FSQ320 layout in miniature: 4 blocks, patch_size 2 (one Haar level, the
+    up-blocks' resampler layout of the published checkpoints), strides 4 (time) and 8 (space), and
+    ``sample_frames`` 9 so a 9-frame video (3 latent frames) is one decoder window.  The reference
+    quantiser always uses levels (8,8,8,5,5,5); the checkpoint simply declares a 64-code vocabulary,
+    i.e. codes whose last four digits are 0, so the folder is also loadable by the reference.  FSQ
+    has no codebook weights, so the scheduler's distance embedding is the codes' dequantised
+    vectors.
+    """
+    folder = Path(folder)
+    tok = build_tokenizer()
+    tcfg = _tiny_transformer_config(tok)
+    vcfg = FSQConfig(
+        block_out_channels=VIDEO_VAE_CHANNELS, layers_per_block=1, latent_channels=8, sample_frames=9,
+        num_vq_embeddings=CODEBOOK, vq_embed_dim=len(FSQ_LEVELS), patch_size=2, temporal_stride=4,
+        spatial_stride=8,
     )
+    gen = torch.Generator().manual_seed(VIDEO_SEED)
+    _write_tokenizer_and_transformer(folder, tok, tcfg, gen)
+
+    vae = AutoencoderVQCosmos3D(vcfg)
+    _init_(vae, gen, {"decoder.conv_out": 0.5})
+    v_config: dict[str, Any] = {"_class_name": "AutoencoderVQCosmos3D", "_quantizer_name": "FSQuantizer"}
+    v_config.update({k: v for k, v in vcfg.__dict__.items() if k not in ("levels", "decoder_dtype")})
+    v_config.update(block_out_channels=list(vcfg.block_out_channels), norm_num_groups=1, act_fn="silu")
+    _write_json(folder / "vae" / "config.json", v_config)
+    save_file({k: v.contiguous() for k, v in vae.state_dict().items()},
+              str(folder / "vae" / "diffusion_pytorch_model.safetensors"), metadata={"format": "pt"})
+
+    codebook = vae.quantizer.dequantize(torch.arange(CODEBOOK), torch.float32)
+    _write_scheduler_and_index(folder, codebook, "AutoencoderVQCosmos3D")

@@ -10,6 +10,8 @@ sub-layer output, q/k are normalised per head before the rotation, attention has
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -123,11 +125,17 @@ class Backbone(nn.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ops)
 
 
+def run_layer(layer: nn.Module, x: torch.Tensor, rope: object) -> torch.Tensor:
+    """One decoder layer as a free function: the unit a regional compile traces once for all layers."""
+    return layer(x, rope)
+
+
 class URSATransformer(nn.Module):
     """Qwen3 backbone + codebook ``lm_head``.
 
-    ``forward(ids [B, L], positions [L, 3], logits_slice=None)`` returns ``[B, L', K]`` logits, where
-    ``logits_slice`` (a ``slice`` over the sequence) restricts ``lm_head`` to the rows a caller uses.
+    ``forward(ids [B, L], positions [L, 3], logits_slice=None, rope=None)`` returns ``[B, L', K]``
+    logits, where ``logits_slice`` (a ``slice`` over the sequence) restricts ``lm_head`` to the rows a
+    caller uses and ``rope`` is a table from :meth:`rope` made once per size (recomputed when None).
     """
 
     def __init__(self, cfg: URSATransformerConfig, ops: OpSet | None = None) -> None:
@@ -136,6 +144,17 @@ class URSATransformer(nn.Module):
         self._ops = [ops or plain_ops()]
         self.model = Backbone(cfg, self._ops)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.lm_head_size, bias=False)
+        # Regional compile: one compiled callable shared by every decoder layer (the layers differ only
+        # in their weights, which the compiled graph takes as inputs), so 28 layers compile once.
+        self._layer_fn: Callable[[nn.Module, torch.Tensor, object], torch.Tensor] = run_layer
+
+    def set_layer_fn(self, fn: Callable[[nn.Module, torch.Tensor, object], torch.Tensor] | None) -> None:
+        """Install a compiled :func:`run_layer` (``None`` restores eager)."""
+        self._layer_fn = fn or run_layer
+
+    @property
+    def layers_compiled(self) -> bool:
+        return self._layer_fn is not run_layer
 
     @property
     def ops(self) -> OpSet:
@@ -147,19 +166,28 @@ class URSATransformer(nn.Module):
         for layer in self.model.layers:
             layer.mlp.pack(ops.swiglu_packed is not None)
 
-    def rope(self, pos: torch.Tensor, dtype: torch.dtype) -> object:
-        cos, sin = cos_sin(pos, self.config.head_dim, self.config.rope_theta, dtype)
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.embed_tokens.weight.dtype
+
+    def rope(self, pos: torch.Tensor, dtype: torch.dtype | None = None) -> object:
+        """The OpSet's rotary table for positions ``[L, 3]``, on the weights' device, in ``dtype``."""
+        device = self.model.embed_tokens.weight.device
+        cos, sin = cos_sin(pos.to(device), self.config.head_dim, self.config.rope_theta, dtype or self.dtype)
         return self.ops.rope_table(cos, sin)
 
-    def hidden_states(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    def hidden_states(self, ids: torch.Tensor, pos: torch.Tensor, rope: object | None = None) -> torch.Tensor:
         x = self.model.embed_tokens(ids.to(self.ops.index_dtype))
-        rope = self.rope(pos.to(x.device), x.dtype)
+        if rope is None:
+            rope = self.rope(pos, x.dtype)
         for layer in self.model.layers:
-            x = layer(x, rope)
+            x = self._layer_fn(layer, x, rope)
         return self.model.norm(x)
 
-    def forward(self, ids: torch.Tensor, positions: torch.Tensor, logits_slice: slice | None = None) -> torch.Tensor:
-        x = self.hidden_states(ids, positions)
+    def forward(
+        self, ids: torch.Tensor, positions: torch.Tensor, logits_slice: slice | None = None, rope: object | None = None
+    ) -> torch.Tensor:
+        x = self.hidden_states(ids, positions, rope)
         if logits_slice is not None:
             x = x[:, logits_slice]
         return self.lm_head(x)

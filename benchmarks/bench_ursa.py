@@ -1,0 +1,318 @@
+"""URSA denoising-step benchmark: difforge's real loop (transformer + CFG + scheduler sampling) per step.
+
+Weights are random and built on the meta device, then materialised directly on the target device and
+filled in place there, so a full-size 1.7B model is ready in seconds on an accelerator (no CPU init).
+Every variant runs through ``URSAPipeline.generate_tokens`` - the same loop ``difforge generate``
+runs - so a step includes the CPU/device random draws, the CFG combine and the scheduler step.
+
+Variants, all measured in the same process:
+
+* ``baseline``   - every exact optimisation off, eager (the unoptimised path)
+* ``optimised``  - the exact optimisations on (the default), eager
+* ``compiled``   - optimised + ``cfg.compile`` (regional compile of the decoder layer), with ``--compile``
+* ``device-rng`` - optimised + the opt-in ``device-rng`` draws (another random stream), on accelerators
+  or with ``--fast``
+
+Tokens of each variant are compared with the baseline's (``tokens_equal_baseline``): on the CPU in
+float32 the exact variants must match bit for bit.  Nothing here asserts a speed.
+
+    python -m benchmarks.bench_ursa --tiny --json out.json
+    python -m benchmarks.bench_ursa --medium --compile
+    python -m benchmarks.bench_ursa --size full --res 1024 --device cuda --dtype float16 --compile
+    python -m benchmarks.bench_ursa --size full --flops-only          # FLOPs/step, no weights built
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import resource
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+
+from benchmarks.common import BenchResult, make_result, print_table, sync, write_json
+from difforge.config import RunConfig
+from difforge.devices import DTYPES, get_backend
+from difforge.devices.base import Backend
+from difforge.models.ursa.config import SchedulerConfig, URSATransformerConfig, VQConfig
+from difforge.models.ursa.loader import URSACheckpoint
+from difforge.models.ursa.pipeline import EXACT_OPTIMISATIONS, URSAPipeline
+from difforge.models.ursa.rope import positions
+from difforge.models.ursa.scheduler import DFMScheduler
+from difforge.models.ursa.transformer import URSATransformer
+from difforge.ops import select_ops
+
+TEXT_LEN = 320  # URSA's fixed prompt length (the tokenizer pads/truncates to it)
+#: Measured bf16 matmul ceiling of one H200 (issue 5); used for the "ms at 100% of ceiling" context.
+H200_CEILING_TFLOPS = 806.0
+#: The real URSA scheduler's metric path.
+SCHEDULER = SchedulerConfig(alpha=0.9, c=3.0, shift=1.0, eps=1e-5)
+CODEBOOK_DIM = 8
+
+
+@dataclass(frozen=True)
+class Size:
+    """A benchmark shape: transformer config, codebook size and default image side."""
+
+    name: str
+    transformer: URSATransformerConfig
+    res: int
+    steps: int
+
+
+def _small(hidden: int, inter: int, heads: int, kv: int, layers: int, codebook: int) -> URSATransformerConfig:
+    lm_vocab = 1024
+    return URSATransformerConfig(
+        hidden_size=hidden, intermediate_size=inter, num_attention_heads=heads, num_key_value_heads=kv,
+        num_hidden_layers=layers, max_window_layers=layers, vocab_size=lm_vocab + codebook, lm_vocab_size=lm_vocab,
+        lm_head_size=codebook, bov_token_id=1000,
+    )
+
+
+SIZES = {
+    # tiny-ursa's transformer shape: seconds on a CPU, the CI smoke test
+    "tiny": Size("tiny", _small(64, 128, 2, 1, 2, 64), res=128, steps=4),
+    # issue 3's medium: hidden 512, 8 layers, 256x256; IBQ's 16384-code book keeps CPU sampling affordable
+    "medium": Size("medium", _small(512, 1536, 4, 2, 8, 16384), res=256, steps=4),
+    # URSA-1.7B (the config defaults): 28 layers, hidden 2048, 64000 codes
+    "full": Size("full", URSATransformerConfig(), res=512, steps=25),
+}
+
+
+# ------------------------------------------------------------------------------------------- building
+def random_transformer(cfg: URSATransformerConfig, backend: Backend, dtype: torch.dtype, seed: int) -> URSATransformer:
+    """Meta-device model materialised on the device and filled in place there (never a CPU init)."""
+    with torch.device("meta"):
+        model = URSATransformer(cfg).to(dtype)
+    model.to_empty(device=backend.device)
+    try:
+        gen: torch.Generator | None = torch.Generator(device=backend.device).manual_seed(seed)
+    except RuntimeError:  # a device without its own generator type: the default one, seeded
+        torch.manual_seed(seed)
+        gen = None
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:  # RMSNorm weights
+                p.fill_(1.0)
+            else:  # fan-in scaled normal; embeddings unit normal; lm_head x4 for peaky logits like tiny-ursa
+                std = 1.0 if "embed" in name else (4.0 if name.startswith("lm_head") else 1.0) / math.sqrt(p.shape[1])
+                p.normal_(0.0, std, generator=gen)
+    model.requires_grad_(False).eval()
+    model.set_ops(select_ops(backend, dtype))
+    return model
+
+
+def build_pipeline(size: Size, backend: Backend, dtype: torch.dtype, seed: int) -> URSAPipeline:
+    """An URSAPipeline with random weights and no VAE/tokenizer (the benchmark feeds token ids directly)."""
+    tcfg = size.transformer
+    k = tcfg.lm_head_size
+    codebook = torch.randn(k, CODEBOOK_DIM, generator=torch.Generator().manual_seed(seed)).to(torch.float16)
+    ckpt = URSACheckpoint(
+        folder=Path(f"<random {size.name}>"),
+        classes={"transformer": "URSATransformer3DModel", "vae": "AutoencoderVQ", "scheduler": "KineticOptimalScheduler"},
+        transformer_config=tcfg,
+        vae_config=VQConfig(num_vq_embeddings=k),
+        scheduler_config=SCHEDULER,
+        codebook=codebook,
+        tokenizer=cast(Any, None),
+    )
+    transformer = random_transformer(tcfg, backend, dtype, seed)
+    scheduler = DFMScheduler(SCHEDULER, codebook).to(backend.device)
+    return URSAPipeline(ckpt, transformer, cast(Any, None), scheduler, backend, dtype)
+
+
+# ------------------------------------------------------------------------------------------- FLOPs
+def forward_flops(tcfg: URSATransformerConfig, latent_shape: tuple[int, int, int], rows: int, sliced: bool) -> int:
+    """FLOPs of one transformer forward over ``rows`` sequences, counted on the meta device."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    n_img = math.prod(latent_shape)
+    length = TEXT_LEN + 1 + n_img
+    with torch.device("meta"):
+        model = URSATransformer(tcfg)
+        ids = torch.zeros(rows, length, dtype=torch.int64)
+    pos = positions(latent_shape, TEXT_LEN).to("meta")
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        model(ids, pos, logits_slice=slice(length - n_img - 1, length - 1) if sliced else None)
+    return int(counter.get_total_flops())
+
+
+def flops_report(size: Size, res: int, guidance: float, ceiling_tflops: float = H200_CEILING_TFLOPS) -> dict[str, Any]:
+    latent = (1, res // 16, res // 16)
+    rows = 2 if guidance > 1 else 1
+    flops = forward_flops(size.transformer, latent, rows, sliced=True)
+    params = sum(math.prod(s) for s in _param_shapes(size.transformer))
+    return {
+        "size": size.name, "res": res, "rows": rows, "image_tokens": math.prod(latent),
+        "sequence_length": TEXT_LEN + 1 + math.prod(latent), "parameters": params,
+        "flops_per_forward": flops, "ceiling_tflops": ceiling_tflops,
+        "ms_at_ceiling": flops / (ceiling_tflops * 1e12) * 1000.0,
+    }
+
+
+def _param_shapes(tcfg: URSATransformerConfig) -> list[tuple[int, ...]]:
+    with torch.device("meta"):
+        return [tuple(p.shape) for p in URSATransformer(tcfg).parameters()]
+
+
+# ------------------------------------------------------------------------------------------- running
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    disable: tuple[str, ...] = ()
+    fast: tuple[str, ...] = ()
+    compile: bool = False
+    exact: bool = True
+
+
+def run_variant(
+    pipe: URSAPipeline, variant: Variant, latent: tuple[int, int, int], args: argparse.Namespace
+) -> tuple[BenchResult, torch.Tensor]:
+    """Warm up, then time ``args.repeat`` runs of ``args.steps`` steps; returns the result and last tokens."""
+    cfg = RunConfig(model="random", quiet=True, guidance=args.guidance, guidance_trunc=args.guidance_trunc,
+                    disable=list(variant.disable), fast=list(variant.fast), compile=variant.compile)
+    policy = pipe.set_compile(variant.compile)
+    gen = torch.Generator().manual_seed(args.seed)
+    cond = torch.randint(0, 1000, (1, TEXT_LEN), generator=gen)
+    uncond = torch.randint(0, 1000, (1, TEXT_LEN), generator=gen)
+    dev = pipe.device
+    from difforge.runtime.record import RunRecord
+
+    def once() -> tuple[float, torch.Tensor, RunRecord]:
+        record = RunRecord("generate")
+        sync(dev)
+        t0 = time.perf_counter()
+        x = pipe.generate_tokens(cond, uncond, latent, args.steps, args.guidance, args.guidance_trunc,
+                                 torch.Generator().manual_seed(args.seed), cfg, record=record)
+        sync(dev)
+        return (time.perf_counter() - t0) * 1000.0, x, record
+
+    t_first = time.perf_counter()
+    for _ in range(args.warmup):
+        once()
+    warm_s = time.perf_counter() - t_first
+    pipe.backend.reset_peak_memory()
+    runs = [once() for _ in range(args.repeat)]
+    per_step = [wall / args.steps for wall, _, _ in runs]
+    record = runs[-1][2]
+    info = record.extra["ursa"]
+    rows = info["forward_rows"]
+    sliced = "lm-head-slice" not in variant.disable
+    flops = forward_flops(pipe.transformer.config, latent, rows, sliced) * info["forwards_per_step"]
+    result = make_result(
+        variant.name, per_step, dev, forwards=1, tokens=rows * info["sequence_length"], flops=flops,
+        peak_memory_bytes=pipe.backend.peak_memory_bytes(),
+        notes="exact" if variant.exact else "approximate (opt-in)",
+        extra={
+            "forwards_per_step": info["forwards_per_step"],
+            "step_ms_median": sorted(record.step_times_s)[len(record.step_times_s) // 2] * 1000.0,
+            "step_ms": [s * 1000.0 for s in record.step_times_s],
+            "warmup_s": warm_s,
+            "compile": None if policy is None else {"label": policy.label, "available": policy.available,
+                                                    "detail": policy.detail},
+            "disable": list(variant.disable), "fast": list(variant.fast),
+            "host_max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        },
+    )
+    result.forwards_per_step = info["forwards_per_step"]  # fractional with reuse-first-forward
+    pipe.set_compile(False)
+    return result, runs[-1][1].cpu()
+
+
+def variants(args: argparse.Namespace, device: torch.device) -> list[Variant]:
+    out = [Variant("baseline (exact opts off, eager)", disable=EXACT_OPTIMISATIONS), Variant("optimised (exact)")]
+    if args.compile:
+        out.append(Variant("optimised + compile", compile=True, exact=False))
+    if args.fast or device.type != "cpu":
+        out.append(Variant("optimised + device-rng", fast=("device-rng",), compile=args.compile, exact=False))
+    return out
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--size", choices=sorted(SIZES), default=None)
+    p.add_argument("--tiny", action="store_const", const="tiny", dest="size_flag")
+    p.add_argument("--medium", action="store_const", const="medium", dest="size_flag")
+    p.add_argument("--res", type=int, default=None, help="image side in pixels (multiple of 16)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default=None, help="float32 / bfloat16 / float16 (default: float32 on cpu, else fp16)")
+    p.add_argument("--compile", action="store_true", help="also time cfg.compile (regional compile)")
+    p.add_argument("--fast", action="store_true", help="also time the opt-in device-rng draws on the CPU")
+    p.add_argument("--steps", type=int, default=None, help="denoising steps per timed run")
+    p.add_argument("--warmup", type=int, default=1, help="untimed runs before timing")
+    p.add_argument("--repeat", type=int, default=1, help="timed runs (ms/step is their median)")
+    p.add_argument("--guidance", type=float, default=7.0)
+    p.add_argument("--guidance-trunc", type=float, default=0.9)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--flops-only", action="store_true", help="print FLOPs/step (counted on meta) and exit")
+    p.add_argument("--json", default=None, help="write results here")
+    args = p.parse_args(argv)
+    args.size = args.size or args.size_flag or "tiny"
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    size = SIZES[args.size]
+    res = args.res or size.res
+    if res % 16:
+        raise SystemExit(f"--res must be a multiple of 16, got {res}")
+    args.steps = args.steps or size.steps
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    flops_info = flops_report(size, res, args.guidance)
+    if args.flops_only:
+        print(f"{size.name} {res}x{res}: {flops_info['parameters'] / 1e9:.3f} B params, "
+              f"{flops_info['sequence_length']} tokens x {flops_info['rows']} rows, "
+              f"{flops_info['flops_per_forward'] / 1e12:.2f} TFLOP/forward, "
+              f"{flops_info['ms_at_ceiling']:.2f} ms at {flops_info['ceiling_tflops']:.0f} TFLOP/s")
+        payload = {"flops": flops_info}
+        write_json(args.json, payload)
+        return payload
+
+    backend = get_backend(args.device)
+    dtype = DTYPES[args.dtype] if args.dtype else (torch.float32 if backend.device.type == "cpu" else torch.float16)
+    t0 = time.perf_counter()
+    pipe = build_pipeline(size, backend, dtype, args.seed)
+    build_s = time.perf_counter() - t0
+    latent = (1, res // 16, res // 16)
+
+    results: list[BenchResult] = []
+    tokens: dict[str, torch.Tensor] = {}
+    for variant in variants(args, backend.device):
+        result, toks = run_variant(pipe, variant, latent, args)
+        results.append(result)
+        tokens[variant.name] = toks
+    base = results[0]
+    for r in results:
+        r.extra["tokens_equal_baseline"] = bool(torch.equal(tokens[r.name], tokens[base.name]))
+        r.extra["speedup_vs_baseline"] = base.ms_per_step / r.ms_per_step
+
+    title = (f"URSA {size.name} {res}x{res}, {dtype}, {backend.device} ({backend.device_name()}), "
+             f"CFG {args.guidance:g}, {args.steps} steps, build {build_s:.1f} s")
+    print_table(title, results, baseline=base.name)
+    for r in results:
+        print(f"  {r.name:<34} fwd/step {r.extra['forwards_per_step']:.3f}  "
+              f"tokens equal to baseline: {r.extra['tokens_equal_baseline']}")
+    print("  reference (diffnext) timing: not run - the baseline is difforge's own unoptimised path")
+    payload = {
+        "benchmark": "ursa", "size": size.name, "res": res, "dtype": str(dtype).removeprefix("torch."),
+        "device": str(backend.device), "device_name": backend.device_name(), "steps": args.steps,
+        "guidance": args.guidance, "guidance_trunc": args.guidance_trunc, "warmup": args.warmup,
+        "repeat": args.repeat, "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "build_s": build_s, "baseline": base.name, "reference": None, "flops": flops_info,
+        "results": [replace(r) for r in results],
+    }
+    write_json(args.json, payload)
+    return payload
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

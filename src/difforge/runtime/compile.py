@@ -1,0 +1,87 @@
+"""Which graph compiler ``cfg.compile`` selects on each device, and the regional compile of one function.
+
+Regional compile - compiling the repeated decoder layer once instead of the whole model - keeps the
+compile time of a 28-layer transformer to that of one layer, and the compiled graph is reused by
+every layer because the weights are graph inputs.  The choice per device:
+
+* cuda: Inductor, mode ``max-autotune-no-cudagraphs``.  CUDA graphs are left out because the
+  sampler's host draws and data-dependent jump step sit between forwards.
+* npu: torchair's ``get_npu_backend()`` when torchair is importable (standalone or bundled in
+  torch_npu), else eager - Inductor has no Ascend code generator.
+* cpu: Inductor's default mode, only when a C++ compiler is on the PATH (Inductor's CPU code
+  generator needs one); else eager.
+* xpu / mps: Inductor's default mode.
+
+A device whose compiler is missing runs eager and says so: the policy carries the reason, and the
+caller records it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+CPP_COMPILERS = ("g++", "c++", "clang++")
+
+
+@dataclass(frozen=True)
+class CompilePolicy:
+    """How to compile on one device: ``backend`` is a torch.compile backend (a name or a callable)."""
+
+    device_type: str
+    available: bool
+    backend: str | Callable[..., Any] | None = None
+    mode: str | None = None
+    label: str = "eager"
+    detail: str = ""
+
+
+def _torchair_backend() -> tuple[Callable[..., Any] | None, str]:
+    """torchair's NPU backend and where it came from, or ``(None, reason)``."""
+    for name in ("torchair", "torch_npu.dynamo.torchair"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        try:
+            config = module.CompilerConfig()
+            return module.get_npu_backend(compiler_config=config), name
+        except Exception as exc:  # noqa: BLE001 - any failure means "run eager", with the reason recorded
+            return None, f"{name}.get_npu_backend() failed: {exc}"
+    return None, "torchair is not importable"
+
+
+def compile_policy(device_type: str) -> CompilePolicy:
+    """The compile choice for ``device_type`` (``cuda``, ``npu``, ``cpu`` ...)."""
+    if not hasattr(torch, "compile"):
+        return CompilePolicy(device_type, False, detail="this torch has no torch.compile")
+    if device_type == "npu":
+        backend, where = _torchair_backend()
+        if backend is None:
+            return CompilePolicy(device_type, False, detail=where)
+        return CompilePolicy(device_type, True, backend, None, "torchair", f"{where}.get_npu_backend()")
+    if device_type == "cuda":
+        return CompilePolicy(device_type, True, "inductor", "max-autotune-no-cudagraphs", "inductor",
+                             "mode max-autotune-no-cudagraphs")
+    if device_type == "cpu" and not any(shutil.which(c) for c in CPP_COMPILERS):
+        return CompilePolicy(device_type, False, detail="no C++ compiler on PATH (Inductor's CPU backend needs one)")
+    return CompilePolicy(device_type, True, "inductor", None, "inductor", "default mode")
+
+
+def compile_function(fn: Callable[..., Any], policy: CompilePolicy) -> Callable[..., Any] | None:
+    """``torch.compile(fn)`` per ``policy`` with static shapes; ``None`` when the policy is eager.
+
+    ``dynamic=False``: a run's shapes are fixed per size, and a size change recompiles (bounded by
+    dynamo's recompile limit) rather than paying for symbolic shapes on every call.
+    """
+    if not policy.available:
+        return None
+    kwargs: dict[str, Any] = {"backend": policy.backend, "dynamic": False}
+    if policy.mode is not None:
+        kwargs["mode"] = policy.mode
+    return torch.compile(fn, **kwargs)

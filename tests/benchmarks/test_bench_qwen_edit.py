@@ -1,0 +1,42 @@
+"""Smoke test of benchmarks/bench_qwen_edit.py --tiny: the JSON has its fields; no speed threshold."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from benchmarks import bench_qwen_edit
+
+
+def test_tiny_benchmark_writes_complete_json(tmp_path: Path) -> None:
+    out = tmp_path / "qwen.json"
+    bench_qwen_edit.main(["--tiny", "--steps", "2", "--warmup", "1", "--json", str(out)])
+    data = json.loads(out.read_text())
+    names = [r["name"] for r in data["results"]]
+    assert names == [bench_qwen_edit.REFERENCE, "difforge, two calls", "difforge default"]
+    for r in data["results"]:
+        assert r["ms_per_step"] > 0 and r["tokens_per_forward"] == data["tokens_per_forward"]
+        assert r["flops_per_step"] == data["flops_per_step"] > 0 and r["tflops"] > 0
+    assert [r["forwards_per_step"] for r in data["results"]] == [2, 2, 1]
+    assert all(v > 0 for v in data["ratios_vs_reference"].values())
+    # Meta count of the real model: ~40.9 GB in bf16, ~20.4 GB with fp8 Linear weights (spec §3.3).
+    full = data["weight_bytes"]["meta_bf16_vs_fp8"]["full"]
+    assert full["params"] == 20_430_401_088
+    assert 20.3e9 < full["fp8_linear_weights"] < 20.6e9 and full["bf16"] == 2 * full["params"]
+    assert data["flops_formula_spec_5_2"] > 0 and "FlopCounterMode" in data["flops_method"]
+    e2e = data["end_to_end"]
+    assert e2e["load_s"] > 0 and e2e["first_image_s"] > 0 and e2e["image_size"] == [64, 64]
+
+
+def test_random_transformer_is_built_on_the_target_device_with_finite_outputs() -> None:
+    model = bench_qwen_edit.build_transformer(bench_qwen_edit.TINY_CONFIG, torch.device("cpu"), torch.float32)
+    assert all(not p.is_meta for p in model.parameters())
+    p = bench_qwen_edit.make_inputs(bench_qwen_edit.SIZES["tiny"], "plus", torch.device("cpu"), torch.float32)
+    with torch.no_grad():
+        out = model(hidden_states=torch.cat([p.noise, p.image_latents], 1), encoder_hidden_states=p.prompt_embeds,
+                    timestep=torch.tensor([0.5]), img_shapes=p.img_shapes, return_dict=False)[0]
+    assert torch.isfinite(out).all() and out.abs().max() > 0
+    assert bench_qwen_edit.to_fp8_storage(model) > 0
+    assert any(p.dtype == torch.float8_e4m3fn for p in model.parameters())

@@ -1,0 +1,37 @@
+"""Smoke test of benchmarks/bench_ursa.py on the tiny size: fields, ratios and token equality, never speed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from benchmarks.bench_ursa import main
+
+
+def test_tiny_bench_writes_complete_json(tmp_path: Path) -> None:
+    out = tmp_path / "ursa.json"
+    main(["--tiny", "--steps", "3", "--warmup", "0", "--fast", "--threads", "1", "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert data["size"] == "tiny" and data["device"] == "cpu" and data["steps"] == 3
+    names = [r["name"] for r in data["results"]]
+    assert names[0].startswith("baseline") and "optimised (exact)" in names and any("device-rng" in n for n in names)
+    for r in data["results"]:
+        for key in ("ms_per_step", "forwards_per_step", "tokens_per_forward", "flops_per_step", "tflops"):
+            assert r[key] > 0, (r["name"], key)
+        assert "mfu" in r and "peak_memory_bytes" in r
+        assert r["extra"]["speedup_vs_baseline"] > 0 and len(r["extra"]["step_ms"]) == 3
+        if r["notes"] == "exact":  # CPU float32: the exact switches must not move a token
+            assert r["extra"]["tokens_equal_baseline"], r["name"]
+    by_name = {r["name"]: r for r in data["results"]}
+    assert by_name["optimised (exact)"]["forwards_per_step"] < 1  # reuse-first-forward saved a forward
+    assert data["flops"]["flops_per_forward"] > 0 and data["flops"]["ms_at_ceiling"] > 0
+
+
+def test_flops_only_counts_full_size_on_meta(tmp_path: Path) -> None:
+    out = tmp_path / "flops.json"
+    main(["--size", "full", "--flops-only", "--json", str(out)])
+    flops = json.loads(out.read_text())["flops"]
+    assert flops["sequence_length"] == 320 + 1 + 32 * 32 and flops["rows"] == 2
+    assert 1.9e9 < flops["parameters"] < 2.1e9
+    # ~2 * non-embedding params * tokens: a wrong count (e.g. attention or lm_head missed) leaves this band
+    assert 8.5e12 < flops["flops_per_forward"] < 9.5e12

@@ -1,0 +1,163 @@
+"""Performance switches: every exact one leaves tokens unchanged; the approximate ones are labelled.
+
+CPU float32, two models: tiny-ursa and a second random config (3 layers, non-grouped heads, a
+96-code book) with CFG and a guidance_trunc that is crossed mid-run.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from benchmarks.bench_ursa import Size, _small, build_pipeline
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from difforge.config import RunConfig
+from difforge.devices import CPUBackend
+from difforge.errors import InputError
+from difforge.models.ursa import URSAPipeline
+from difforge.models.ursa.pipeline import EXACT_OPTIMISATIONS, FAST_OPTIMISATIONS
+from difforge.models.ursa.rope import positions
+from difforge.models.ursa.sampling import Draws, categorical, device_generator, uniform
+from difforge.runtime.compile import compile_policy
+from difforge.runtime.record import RunRecord
+
+from .conftest import load
+
+OTHER = Size("other", _small(128, 256, 2, 2, 3, 96), res=64, steps=6)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Small models: a second thread only adds contention on a shared CI core."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def other_pipe() -> URSAPipeline:
+    return build_pipeline(OTHER, CPUBackend(), torch.float32, seed=4)
+
+
+def tokens(pipe: URSAPipeline, steps: int, trunc: float, seed: int, **kw) -> tuple[torch.Tensor, RunRecord]:
+    """Denoised tokens of a fixed random prompt pair through the pipeline's own loop."""
+    cfg = RunConfig(model="t", quiet=True, guidance=7, guidance_trunc=trunc, **kw)
+    gen = torch.Generator().manual_seed(100 + seed)
+    cond, uncond = torch.randint(0, 200, (2, 320), generator=gen).chunk(2)
+    record = RunRecord("generate")
+    x = pipe.generate_tokens(cond, uncond, (1, 4, 4), steps, 7, trunc, torch.Generator().manual_seed(seed), cfg,
+                             record=record)
+    return x, record
+
+
+@pytest.mark.parametrize("which", ["tiny", "other"])
+@pytest.mark.parametrize("off", [*EXACT_OPTIMISATIONS, "all"])
+def test_exact_optimisation_keeps_tokens(which: str, off: str, tiny_pipe: URSAPipeline, other_pipe) -> None:
+    pipe = tiny_pipe if which == "tiny" else other_pipe
+    disable = list(EXACT_OPTIMISATIONS) if off == "all" else [off]
+    on, rec_on = tokens(pipe, 6, 0.5, seed=3)  # t crosses 0.5 at step 3: guided then unguided steps
+    got, rec_off = tokens(pipe, 6, 0.5, seed=3, disable=disable)
+    assert torch.equal(on, got)
+    assert rec_on.extra["ursa"]["guided_steps"] == 3
+    if off in ("reuse-first-forward", "all"):  # the switch really changed what ran
+        assert (rec_on.extra["ursa"]["forwards"], rec_off.extra["ursa"]["forwards"]) == (5, 6)
+
+
+def test_whole_call_records_each_switch(tiny_pipe: URSAPipeline) -> None:
+    record = RunRecord("generate")
+    tiny_pipe(RunConfig(model="t", quiet=True, height=64, width=64, steps=2, disable=["rope-cache"]), record)
+    adapt = {a.what: a for a in record.adaptations}
+    assert adapt["rope table"].choice.startswith("built every forward") and adapt["rope table"].exact
+    assert adapt["lm_head rows"].choice == "sampler rows only"
+    assert "host draws" not in adapt  # pinning only matters for accelerator copies
+    assert "compile" not in adapt and "random stream" not in adapt
+    with pytest.raises(InputError, match="device-rng"):
+        tiny_pipe(RunConfig(model="t", quiet=True, height=64, width=64, steps=2, fast=["device-rgn"]), RunRecord("g"))
+
+
+def test_rope_table_passed_in_equals_rebuilt(other_pipe: URSAPipeline) -> None:
+    t = other_pipe.transformer
+    pos = positions((1, 4, 4), 320)
+    ids = torch.randint(0, t.config.vocab_size, (2, pos.shape[0]), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(t(ids, pos, rope=t.rope(pos)), t(ids, pos))
+
+
+def test_pinned_draws_give_the_same_numbers() -> None:
+    a = uniform((3, 5), torch.float32, torch.device("cpu"), Draws(torch.Generator().manual_seed(1), pin=True))
+    b = uniform((3, 5), torch.float32, torch.device("cpu"), torch.Generator().manual_seed(1))
+    p = torch.rand(6, 9)
+    c = categorical(p, Draws(torch.Generator().manual_seed(2), pin=True))
+    assert torch.equal(a, b) and torch.equal(c, categorical(p, torch.Generator().manual_seed(2)))
+
+
+class _OpLog(TorchDispatchMode):
+    """Names every aten op; boolean-mask indexing (a data-dependent shape) is tagged ``[mask]``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        name = str(func)
+        index = args[1] if name.startswith("aten.index") and len(args) > 1 else None
+        if isinstance(index, list | tuple) and any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in index):
+            name += "[mask]"
+        self.ops.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+def test_device_rng_jump_step_has_no_data_dependent_shape(other_pipe: URSAPipeline) -> None:
+    """The default jump step indexes by a boolean mask (a host sync); device draws do not."""
+    sched, k = other_pipe.scheduler, other_pipe.scheduler.codebook_size
+    z, x = torch.randn(1, 16, k) * 3, torch.randint(0, k, (1, 16), generator=torch.Generator().manual_seed(0))
+    with _OpLog() as default:
+        sched.step(z.clone(), 3, 8, x, torch.Generator().manual_seed(0))
+    with _OpLog() as device:
+        out = sched.step(z.clone(), 3, 8, x, Draws(torch.Generator().manual_seed(0), on_device=True))
+    assert "aten.index.Tensor[mask]" in default.ops and "aten.index_put_.default[mask]" in default.ops
+    assert not any("[mask]" in op or "nonzero" in op for op in device.ops)
+    assert "aten.where.self" in device.ops and out.shape == x.shape and int(out.max()) < k
+
+
+def test_device_rng_is_labelled_reproducible_and_keeps_reuse_first_exact(other_pipe: URSAPipeline) -> None:
+    a, rec = tokens(other_pipe, 6, 0.9, seed=5, fast=["device-rng"])
+    b, _ = tokens(other_pipe, 6, 0.9, seed=5, fast=["device-rng"])
+    c, rec_c = tokens(other_pipe, 6, 0.9, seed=5, fast=["device-rng"], disable=["reuse-first-forward"])
+    default, _ = tokens(other_pipe, 6, 0.9, seed=5)
+    assert torch.equal(a, b) and torch.equal(a, c)  # skip_first_step advances device draws exactly
+    assert rec.extra["ursa"]["forwards"] == 5 and rec_c.extra["ursa"]["forwards"] == 6
+    assert not torch.equal(a, default)  # another random stream: not the CPU reference's tokens
+    assert "device-rng" in FAST_OPTIMISATIONS
+    record = RunRecord("generate")
+    other_pipe._record_flags(RunConfig(model="t", fast=["device-rng"]), record)
+    assert not next(x for x in record.adaptations if x.what == "random stream").exact
+
+
+def test_device_generator_seeds_from_the_run_generator() -> None:
+    g1, g2 = torch.Generator().manual_seed(9), torch.Generator().manual_seed(9)
+    d1, d2 = device_generator(torch.device("cpu"), g1), device_generator(torch.device("cpu"), g2)
+    assert torch.equal(torch.rand(4, generator=d1), torch.rand(4, generator=d2))
+    assert torch.equal(g1.get_state(), g2.get_state())
+
+
+def test_compile_policy_per_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    cuda = compile_policy("cuda")
+    assert cuda.available and cuda.mode == "max-autotune-no-cudagraphs" and cuda.backend == "inductor"
+    npu = compile_policy("npu")  # no torchair here: eager, with the reason
+    assert not npu.available and "torchair" in npu.detail
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    cpu = compile_policy("cpu")
+    assert not cpu.available and "C++ compiler" in cpu.detail
+
+
+def test_set_compile_installs_and_removes_the_layer_function(tiny_ursa) -> None:
+    pipe, _ = load(tiny_ursa)
+    record = RunRecord("generate")
+    pipe._record_flags(RunConfig(model="t", compile=True), record)  # installs, does not run
+    assert pipe.transformer.layers_compiled
+    adapt = next(a for a in record.adaptations if a.what == "compile")
+    assert adapt.choice.startswith("inductor") and not adapt.exact
+    pipe.set_compile(False)
+    assert not pipe.transformer.layers_compiled and pipe.compile_policy is None
