@@ -134,38 +134,54 @@ def _text_lengths(qe: QwenEditPipeline, cfg: RunConfig) -> tuple[list[list[tuple
     return shapes, length(cfg.prompt), (length(negative) if negative is not None else 0)
 
 
+def count_forward_flops(config: dict[str, Any], img_shapes: list[list[tuple[int, int, int]]], text_tokens: int) -> int:
+    """FLOPs of one batch-1 transformer forward, counted on a meta-device copy (no compute, no memory).
+
+    ``FlopCounterMode`` sees every matmul and, on meta tensors, the joint attention too (the CPU
+    SDPA kernel is invisible to it in a real run).  Used by :func:`flops_per_step` and the benchmark.
+    """
+    from diffusers import QwenImageTransformer2DModel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    meta = torch.device("meta")
+    with meta:
+        model = QwenImageTransformer2DModel.from_config(config)  # FLOPs do not depend on the dtype
+    image_tokens = sum(prod(s) for s in img_shapes[0])
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        model(
+            hidden_states=torch.empty(1, image_tokens, config["in_channels"], device=meta),
+            encoder_hidden_states=torch.empty(1, text_tokens, config["joint_attention_dim"], device=meta),
+            timestep=torch.zeros(1, device=meta),
+            img_shapes=img_shapes,
+            return_dict=False,
+        )
+    return int(counter.get_total_flops())
+
+
 def flops_per_step(qe: QwenEditPipeline, cfg: RunConfig) -> dict[str, Any]:
-    """FLOPs of one denoising step, counted by ``torch.utils.flop_counter.FlopCounterMode``.
+    """Model FLOPs of one denoising step, counted by ``torch.utils.flop_counter.FlopCounterMode``.
+
+    These are the FLOPs of the computation itself: one unpadded batch-1 forward per branch, as
+    diffusers runs them.  With batched CFG the executed work adds the shorter text's padding rows
+    (``padded_tokens_per_row``); MFU is quoted on the model FLOPs.
 
     The count runs the real transformer architecture (this pipeline's config) on the meta device
     with the run's exact token counts, so it costs no compute and no memory, and includes
     attention, projections, MLPs and modulation exactly as executed.
     """
-    from diffusers import QwenImageTransformer2DModel
-    from torch.utils.flop_counter import FlopCounterMode
-
     shapes, text, negative = _text_lengths(qe, cfg)
     config = {k: v for k, v in qe.pipe.transformer.config.items() if not k.startswith("_")}
-    meta = torch.device("meta")
-    with meta:
-        model = QwenImageTransformer2DModel.from_config(config)  # FLOPs do not depend on the dtype
     image_tokens = sum(prod(s) for s in shapes[0])
     lengths = [text] + ([negative] if negative else [])
-    total = 0
-    with torch.no_grad():
-        for n in lengths:
-            counter = FlopCounterMode(display=False)
-            with counter:
-                model(
-                    hidden_states=torch.empty(1, image_tokens, config["in_channels"], device=meta),
-                    encoder_hidden_states=torch.empty(1, n, config["joint_attention_dim"], device=meta),
-                    timestep=torch.zeros(1, device=meta),
-                    img_shapes=shapes,
-                    return_dict=False,
-                )
-            total += int(counter.get_total_flops())
+    total = sum(count_forward_flops(config, shapes, n) for n in lengths)
+    batched = len(lengths) == 2 and qe.denoiser(cfg).batched_cfg
     return {
         "forwards_per_step": len(lengths),
+        # What actually executes: one batch-2 call with the shorter text padded, or the two calls.
+        "transformer_calls_per_step": 1 if batched else len(lengths),
+        "batch_per_call": 2 if batched else 1,
+        "padded_tokens_per_row": image_tokens + max(lengths) if batched else None,
         "tokens_per_forward": image_tokens + text,
         "image_tokens": image_tokens,
         "text_tokens": text,

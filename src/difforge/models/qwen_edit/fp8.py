@@ -248,13 +248,16 @@ def _check_keys(info: Fp8FileInfo, state: ConvertedState, expected: dict[str, to
             )
 
 
-def load_transformer_file(path: Path, config_dir: Path, compute_dtype: torch.dtype) -> LoadedTransformer:
+def load_transformer_file(
+    path: Path, config_dir: Path, compute_dtype: torch.dtype, device: torch.device | str = "cpu"
+) -> LoadedTransformer:
     """Build a ``QwenImageTransformer2DModel`` from a transformer-only safetensors file.
 
     The architecture comes from ``config_dir/config.json`` (the model folder's transformer config);
     ``zero_cond_t`` is switched on when the file carries the 2511 marker.  Parameters are created on
     the meta device and the file's tensors are assigned in place, so the fp8 codes are never
-    upcast (peak host memory is about the file size).
+    upcast (peak host memory is about the file size).  With ``device`` set, safetensors reads every
+    tensor straight onto that device and the model is assembled there.
     """
     from accelerate import init_empty_weights
     from diffusers import QwenImageTransformer2DModel
@@ -266,7 +269,7 @@ def load_transformer_file(path: Path, config_dir: Path, compute_dtype: torch.dty
             model = QwenImageTransformer2DModel.from_config(config)
     except (TypeError, ValueError) as exc:
         raise CheckpointError(f"{config_dir / 'config.json'} is not a valid transformer config ({exc}).") from None
-    state = convert_state(load_safetensors(info.path), info)
+    state = convert_state(load_safetensors(info.path, device), info)
     _check_keys(info, state, model.state_dict())
 
     fp8_dtypes = tuple(FP8_HEADER_DTYPES.values())

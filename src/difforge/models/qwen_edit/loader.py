@@ -67,9 +67,19 @@ def _first_line(exc: BaseException) -> str:
 
 
 def load_pipeline(
-    folder: Path, dtype: torch.dtype, record: RunRecord, transformer_file: str | None = None, quiet: bool = False
+    folder: Path,
+    dtype: torch.dtype,
+    record: RunRecord,
+    transformer_file: str | None = None,
+    quiet: bool = False,
+    transformer_device: torch.device | str = "cpu",
 ) -> LoadedPipeline:
-    """Check ``folder`` and load its edit pipeline on the CPU in ``dtype`` (fp8 transformer if given)."""
+    """Check ``folder`` and load its edit pipeline on the CPU in ``dtype`` (fp8 transformer if given).
+
+    A transformer-only file is read straight onto ``transformer_device`` (safetensors loads each
+    tensor there; nothing is staged in host memory beyond the mmap), so an fp8 file never exists as
+    a host copy plus a device copy.  The folder's own components load on the CPU and move later.
+    """
     import diffusers
 
     apply_processor_shim()
@@ -79,7 +89,7 @@ def load_pipeline(
     components: dict[str, Any] = {}
     info: Fp8FileInfo | None = None
     if transformer_file:
-        loaded = load_transformer_file(Path(transformer_file), folder / "transformer", dtype)
+        loaded = load_transformer_file(Path(transformer_file), folder / "transformer", dtype, device=transformer_device)
         components["transformer"] = loaded.model
         info = loaded.info
     try:
@@ -125,9 +135,21 @@ def _record_weights(pipe: DiffusionPipeline, dtype: torch.dtype, info: Fp8FileIn
     )
 
 
-def choose_attention(pipe: DiffusionPipeline, backend: Backend, dtype: torch.dtype, record: RunRecord) -> str:
-    """Pick the attention kernel once: the NPU fused kernel where it applies, else PyTorch SDPA."""
+def choose_attention(
+    pipe: DiffusionPipeline, backend: Backend, dtype: torch.dtype, record: RunRecord, allow_npu: bool = True
+) -> str:
+    """Pick the attention kernel once: the NPU fused kernel where it applies, else PyTorch SDPA.
+
+    SDPA itself picks flash / cuDNN / memory-efficient kernels on CUDA; difforge's processor never
+    hands it a padding mask (see :mod:`.attention`), so those fused kernels stay eligible.  On the NPU,
+    ``npu_fusion_attention`` takes masks with the opposite polarity to SDPA (True = masked out);
+    diffusers' ``_native_npu`` backend inverts them, and difforge passes none in its default path.
+    ``allow_npu=False`` (``--disable npu-attention``) keeps SDPA on the NPU.
+    """
     transformer = pipe.transformer
+    if not allow_npu and backend.name == "npu":
+        record.adapt("attention", "torch SDPA (diffusers 'native')", detail="_native_npu switched off with 'npu-attention'")
+        return "native"
     if backend.name == "npu" and backend.has_fused("attention") and dtype in (torch.bfloat16, torch.float16):
         try:
             transformer.set_attention_backend("_native_npu")

@@ -5,18 +5,17 @@ __call__`` (check inputs, encode prompt and references, prepare noise and timest
 true CFG, decode), run here one by one so each is a timed RunRecord phase, each step is timed and
 observable (``step_hook``), a single step can be recomputed for teacher-forced validation
 (``forward_step``), and the weights can leave the device before the VAE decode.  For the same
-inputs the result equals diffusers' ``__call__`` (tested on the tiny models).
+inputs the result equals diffusers' ``__call__`` (tested on the tiny models): bit for bit with every
+exact speed-up switched off (``cfg.disable``), within float rounding with them on (see :mod:`.loop`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from math import prod
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import PIL.Image
 import torch
 from torch import Tensor
@@ -29,6 +28,7 @@ from ...runtime.record import RunRecord
 from ...runtime.steps import StepTimer
 from ..registry import QWEN_EDIT_PLUS
 from .loader import choose_attention, load_pipeline, place
+from .loop import Denoiser, Prepared, SpeedOptions, denoise, schedule
 from .overrides import install_overrides
 from .references import References, check_images, fit_area, prepare_references
 from .settings import EditSettings
@@ -47,26 +47,6 @@ def _cpu(t: Tensor) -> Tensor:
     return t.detach().to("cpu", torch.float32).clone()
 
 
-@dataclass
-class Prepared:
-    """Everything the denoiser needs that does not change between steps, for one RunConfig."""
-
-    key: str
-    height: int
-    width: int
-    prompt_embeds: Tensor
-    prompt_mask: Tensor | None
-    negative_embeds: Tensor | None
-    negative_mask: Tensor | None
-    image_latents: Tensor
-    img_shapes: list[list[tuple[int, int, int]]]
-    noise: Tensor  # packed initial latents
-
-    @property
-    def do_cfg(self) -> bool:
-        return self.negative_embeds is not None
-
-
 class QwenEditPipeline:
     """Qwen-Image-Edit (one reference) or Edit-Plus 2509/2511 (several references) on one backend."""
 
@@ -79,6 +59,7 @@ class QwenEditPipeline:
         settings: EditSettings,
         offload: str,
         folder: Path,
+        options: SpeedOptions | None = None,
     ) -> None:
         self.pipe = pipe
         self.family = family
@@ -87,6 +68,7 @@ class QwenEditPipeline:
         self.settings = settings
         self.offload = offload
         self.folder = folder
+        self.options = options or SpeedOptions()
         self._prepared: Prepared | None = None
 
     # ---- loading ------------------------------------------------------------------------------
@@ -100,27 +82,37 @@ class QwenEditPipeline:
         record: RunRecord,
         op_overrides: dict[str, Callable] | None = None,
     ) -> QwenEditPipeline:
+        from .speed import install_compile, install_exact, install_fast
+
         folder = Path(folder)
+        options = SpeedOptions.from_config(cfg)
+        # An fp8 file goes straight to the device when the whole pipeline will live there anyway.
+        direct = backend.device if cfg.offload in ("none", "before-decode") else "cpu"
         with record.phase("load", backend):
-            loaded = load_pipeline(folder, dtype, record, transformer_file=cfg.transformer_file, quiet=cfg.quiet)
+            loaded = load_pipeline(
+                folder, dtype, record, transformer_file=cfg.transformer_file, quiet=cfg.quiet, transformer_device=direct
+            )
             pipe = loaded.pipe
             settings = EditSettings.from_folder(folder)
-            choose_attention(pipe, backend, dtype, record)
             installed = install_overrides(pipe.transformer, op_overrides)
             for name, count in installed.items():
                 fn = op_overrides[name] if op_overrides else None
                 label = getattr(fn, "__qualname__", None) or type(fn).__name__
                 record.adapt(name, f"override: {label}", detail=f"installed on {count} modules of this pipeline only")
-            record.adapt(
-                "rope", "diffusers complex64 RoPE (torch.polar / view_as_complex)",
-                detail="QwenImage's rotary embedding as shipped; devices without complex kernels need a real-valued form",
-            )
+            install_exact(pipe.transformer, options, record, processor_installed="attention" in installed)
+            if "attention" not in installed:  # an attention override is the kernel; nothing to choose
+                choose_attention(pipe, backend, dtype, record, allow_npu=options.npu_attention)
+            install_fast(pipe.transformer, options, record)
             place(pipe, backend, cfg.offload, cfg.vae_tiling, record)
+            install_compile(pipe.transformer, options, backend, record)
         record.extra["family"] = loaded.checked.family
         record.extra["reference_areas"] = {
             "reference": settings.reference_area, "condition": settings.condition_area, "output": settings.output_area
         }
-        return cls(pipe, loaded.checked.family, backend, dtype, settings, cfg.offload, folder)
+        record.extra["speed"] = {
+            "disable": list(cfg.disable), "fast": list(cfg.fast), "compile": bool(cfg.compile)
+        }
+        return cls(pipe, loaded.checked.family, backend, dtype, settings, cfg.offload, folder, options)
 
     # ---- properties ---------------------------------------------------------------------------
     @property
@@ -198,71 +190,38 @@ class QwenEditPipeline:
         return self._prepare(cfg, _open_images(cfg, self.plus))
 
     def _timesteps(self, prepared: Prepared, steps: int) -> Tensor:
-        from diffusers.pipelines.qwenimage.pipeline_qwenimage_edit import calculate_shift, retrieve_timesteps
+        return schedule(self.pipe.scheduler, prepared.noise.shape[1], steps, self.device)
 
-        scheduler = self.pipe.scheduler
-        get = scheduler.config.get
-        mu = calculate_shift(
-            prepared.noise.shape[1],
-            get("base_image_seq_len", 256),
-            get("max_image_seq_len", 4096),
-            get("base_shift", 0.5),
-            get("max_shift", 1.15),
-        )
-        sigmas = np.linspace(1.0, 1 / steps, steps)
-        timesteps, _ = retrieve_timesteps(scheduler, steps, self.device, sigmas=sigmas, mu=mu)
-        scheduler.set_begin_index(0)
-        return timesteps
+    def denoiser(self, cfg: RunConfig) -> Denoiser:
+        """This run's denoiser: batched CFG unless the load or the run switched it off."""
+        run = SpeedOptions.from_config(cfg)
+        return Denoiser(self.pipe.transformer, batched_cfg=self.options.batched_cfg and run.batched_cfg)
 
-    def _velocity(self, p: Prepared, latents: Tensor, t: Tensor, true_cfg: float) -> Tensor:
+    def _velocity(self, cfg: RunConfig, p: Prepared, latents: Tensor, t: Tensor) -> Tensor:
         """The (true-CFG combined, norm-rescaled) velocity at timestep ``t`` - what the scheduler steps with."""
-        transformer = self.pipe.transformer
-        model_input = torch.cat([latents, p.image_latents], dim=1)
-        timestep = t.expand(latents.shape[0]).to(latents.dtype) / 1000
-        n = latents.shape[1]
-
-        def run(embeds: Tensor, mask: Tensor | None) -> Tensor:
-            out = transformer(
-                hidden_states=model_input,
-                timestep=timestep,
-                guidance=None,
-                encoder_hidden_states_mask=mask,
-                encoder_hidden_states=embeds,
-                img_shapes=p.img_shapes,
-                attention_kwargs={},
-                return_dict=False,
-            )[0]
-            return out[:, :n]
-
-        with transformer.cache_context("cond"):
-            cond = run(p.prompt_embeds, p.prompt_mask)
-        if not p.do_cfg:
-            return cond
-        with transformer.cache_context("uncond"):
-            uncond = run(p.negative_embeds, p.negative_mask)
-        combined = uncond + true_cfg * (cond - uncond)
-        return combined * (torch.norm(cond, dim=-1, keepdim=True) / torch.norm(combined, dim=-1, keepdim=True))
+        return self.denoiser(cfg).velocity(p, latents, t, cfg.true_cfg)
 
     def _denoise(
         self, cfg: RunConfig, p: Prepared, steps: int, record: RunRecord, step_hook: StepHook | None
     ) -> Tensor:
-        scheduler = self.pipe.scheduler
         timesteps = self._timesteps(p, steps)
-        latents = p.noise
+        denoiser = self.denoiser(cfg)
         timer = StepTimer(self.backend)
-        timer.start()
-        for i, t in track(enumerate(timesteps), total=len(timesteps), description="denoise", quiet=cfg.quiet):
-            velocity = self._velocity(p, latents, t, cfg.true_cfg)
-            stepped = scheduler.step(velocity, t, latents, return_dict=False)[0]
+
+        def on_step(i: int, latents: Tensor, t: Tensor, velocity: Tensor, stepped: Tensor) -> None:
             if step_hook is not None:
                 step_hook(
                     i,
                     {"latents": _cpu(latents), "timestep": _cpu(t)},
                     {"noise_pred": _cpu(velocity), "latents": _cpu(stepped)},
                 )
-            latents = stepped
             timer.mark()
+
+        progress = track(enumerate(timesteps), total=len(timesteps), description="denoise", quiet=cfg.quiet)
+        timer.start()
+        latents = denoise(denoiser, self.pipe.scheduler, p, timesteps, cfg.true_cfg, on_step, steps=progress)
         record.step_times_s = timer.durations()
+        record.extra["forwards_per_step"] = denoiser.forwards_per_step(p)
         return latents
 
     def _release_before_decode(self) -> None:
@@ -322,7 +281,7 @@ class QwenEditPipeline:
         self._restore_after_release()
         latents = inputs["latents"].to(self.device, p.noise.dtype)
         t = inputs["timestep"].to(self.device, torch.float32).reshape(())
-        velocity = self._velocity(p, latents, t, cfg.true_cfg)
+        velocity = self._velocity(cfg, p, latents, t)
         return {"noise_pred": _cpu(velocity)}
 
     # ---- introspection for validation ---------------------------------------------------------
