@@ -78,6 +78,20 @@ def test_clean_tiny_qwen_edit_passes_in_chinese(tmp_path: Path) -> None:
     assert (tmp_path / "r" / "images" / "input_synthetic.png").is_file()
 
 
+def test_broken_norm_in_qwen_edit_port_fails_operator_rung(tmp_path: Path) -> None:
+    """The Qwen port's RMSNorm override applies to the device under test only; the rung must see it."""
+
+    def forgot_normalisation(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+        return x if weight is None else x * weight
+
+    result = run_validation(_opts("tiny-qwen-edit", tmp_path / "r", rounds=1, warmup=0,
+                                  op_overrides={"rms_norm": forgot_normalisation}))
+    assert result.verdict is Verdict.FAIL
+    failing = {r.subject for r in result.rungs["operator"].rows if r.verdict is Verdict.FAIL}
+    assert "rms_norm" in failing
+    assert "joint attention (block 0)" in failing  # its q/k norms are the broken ones
+
+
 @pytest.mark.parametrize("bad", [{"lang": "xx"}, {"reference": "tpu:float32"}])
 def test_bad_usage_raises_before_running(tmp_path: Path, bad: dict) -> None:
     from difforge.errors import DifforgeError

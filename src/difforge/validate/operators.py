@@ -187,9 +187,8 @@ def ursa_cases(dut: Any, ref_device: torch.device, cfg: RunConfig, inputs: dict[
 # ---- Qwen-Image-Edit: hook diffusers modules -------------------------------------------------------
 def qwen_cases(dut: Any, ref_device: torch.device, cfg: RunConfig, inputs: dict[str, torch.Tensor],
                adaptations: list[Any]) -> list[OpCase]:
-    from diffusers.models.transformers.transformer_qwenimage import QwenDoubleStreamAttnProcessor2_0
-
-    from ..models.qwen_edit.overrides import reference_rms_norm
+    from ..models.qwen_edit.attention import QwenJointAttnProcessor
+    from ..models.qwen_edit.overrides import reference_attention, reference_rms_norm
 
     blocks = list(dut.transformer_blocks())
     if not blocks:
@@ -239,7 +238,11 @@ def qwen_cases(dut: Any, ref_device: torch.device, cfg: RunConfig, inputs: dict[
 
         def run_copy(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
             mod = copy.deepcopy(attn).to(device=device, dtype=dtype)
-            mod.set_processor(QwenDoubleStreamAttnProcessor2_0())
+            for sub in mod.modules():  # drop instance-level op overrides: the reference runs plain ops
+                sub.__dict__.pop("forward", None)
+            # Same processor as the port (it understands the port's RoPE tables and ragged CFG batch),
+            # but with the plain SDPA kernel.
+            mod.set_processor(QwenJointAttnProcessor(attention=reference_attention))
 
             def mv(t: Any) -> Any:
                 return _to(t, device, dtype) if isinstance(t, torch.Tensor) else t
