@@ -246,3 +246,22 @@ def test_load_records_choices(tiny_ursa: Path) -> None:
     assert chosen["attention"] == "sdpa" and "rms_norm" in chosen and "scheduler_model.pth" in chosen
     assert "load" in record.phases and record.extra["ursa_model"]["codebook_size"] == 64
     assert pipe.family == "ursa" and pipe.dtype == torch.float32
+
+
+def test_reference_style_call_matches_reference_pins(tiny_ursa: Path) -> None:
+    """``URSAPipeline.from_pretrained(path)(prompt=..., generator=...)`` - the diffnext call, argument for argument."""
+    pipe = URSAPipeline.from_pretrained(tiny_ursa, backend=None, dtype=torch.float32)
+    case = REF_CASES["batch_negative"]["cfg"]
+    kwargs = dict(prompt=case["prompt"], negative_prompt=case["negative_prompt"], height=case["height"],
+                  width=case["width"], num_inference_steps=case["steps"], guidance_scale=case["guidance"],
+                  guidance_trunc=case["guidance_trunc"])
+    out = pipe(**kwargs, generator=torch.Generator().manual_seed(case["seed"]), output_type="np")
+    assert out.frames.dtype == np.uint8 and out.frames.shape == (2, 64, 128, 3)
+    assert sha(out.frames) == REF_CASES["batch_negative"]["frames"]
+    ids = pipe(**kwargs, generator=torch.Generator().manual_seed(case["seed"]), output_type="latent").frames
+    assert ids.shape == (2, 1, 4, 8) and ids.flatten().tolist() == REF_CASES["batch_negative"]["tokens"]
+    pil = pipe("the sun", height=64, width=64, num_inference_steps=3, guidance_scale=1,
+               generator=torch.Generator().manual_seed(0)).frames
+    assert sha(np.stack([np.asarray(p) for p in pil])) == REF_CASES["no_cfg"]["frames"]
+    with pytest.raises(InputError, match="output_type"):
+        pipe(prompt="x", output_type="pt")

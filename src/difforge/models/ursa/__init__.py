@@ -1,7 +1,7 @@
 """Native URSA (BAAI's discrete flow-matching text-to-image model) in plain, portable PyTorch."""
 
 from .config import SchedulerConfig, URSATransformerConfig, VQConfig
-from .pipeline import URSAPipeline
+from .pipeline import URSAPipeline, URSAPipelineOutput
 from .scheduler import DFMScheduler, timestep_t
 from .transformer import URSATransformer
 from .vae import AutoencoderVQ
@@ -11,6 +11,7 @@ __all__ = [
     "DFMScheduler",
     "SchedulerConfig",
     "URSAPipeline",
+    "URSAPipelineOutput",
     "URSATransformer",
     "URSATransformerConfig",
     "VQConfig",

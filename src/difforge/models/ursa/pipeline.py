@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -72,6 +73,13 @@ def step_seed(seed: int, i: int) -> int:
     return (int(seed) * 1_000_003 + int(i)) % (2**63 - 1)
 
 
+@dataclass
+class URSAPipelineOutput:
+    """What the diffusers-style call returns: ``frames`` as PIL images, a uint8 array or token ids."""
+
+    frames: Any
+
+
 class URSAPipeline:
     family: ClassVar[str] = "ursa"
 
@@ -102,14 +110,24 @@ class URSAPipeline:
     @classmethod
     def from_pretrained(
         cls,
-        folder: Path,
-        backend: Backend,
-        dtype: torch.dtype,
-        cfg: RunConfig,
-        record: RunRecord,
+        folder: str | Path,
+        backend: Backend | None = None,
+        dtype: torch.dtype | None = None,
+        cfg: RunConfig | None = None,
+        record: RunRecord | None = None,
         op_overrides: dict[str, Callable[..., Any]] | None = None,
     ) -> URSAPipeline:
+        """Load a checkpoint folder.  diffusers-style ``URSAPipeline.from_pretrained(path)`` works too:
+        the device defaults to ``auto`` and the dtype to float32 on the CPU (the backend's choice elsewhere)."""
         folder = Path(folder)
+        if backend is None:
+            from ...devices import get_backend
+
+            backend = get_backend("auto")
+        if dtype is None:
+            dtype = torch.float32 if backend.name == "cpu" else backend.preferred_dtype()
+        cfg = cfg if cfg is not None else RunConfig(model=str(folder))
+        record = record if record is not None else RunRecord(kind="generate")
         with record.phase("load", backend):
             ckpt = URSACheckpoint.read_configs(folder)
             ops = select_ops(backend, dtype, op_overrides)
@@ -379,6 +397,72 @@ class URSAPipeline:
 
     # ------------------------------------------------------------------------------------ the call
     def __call__(
+        self,
+        cfg: RunConfig | str | list[str] | None = None,
+        record: RunRecord | None = None,
+        images: list[Any] | None = None,
+        step_hook: StepHook | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """difforge's contract: ``pipe(cfg, record)`` -> PIL images, filling the RunRecord.
+
+        diffusers / reference style is accepted too: ``pipe(prompt="...", generator=g, output_type="np")``
+        (or the prompt as first argument) returns :class:`URSAPipelineOutput` - see :meth:`generate`.
+        """
+        if not isinstance(cfg, RunConfig):
+            if cfg is not None:
+                kwargs["prompt"] = cfg
+            return self.generate(**kwargs)
+        return self._run(cfg, record if record is not None else RunRecord(kind="generate"), images, step_hook)
+
+    def generate(
+        self,
+        prompt: str | list[str] = "",
+        negative_prompt: str | list[str] | None = None,
+        height: int = DEFAULT_HEIGHT,
+        width: int = DEFAULT_WIDTH,
+        num_frames: int = 1,
+        num_inference_steps: int = DEFAULT_STEPS,
+        guidance_scale: float = 7.0,
+        guidance_trunc: float = 0.9,
+        num_images_per_prompt: int = 1,
+        generator: torch.Generator | None = None,
+        output_type: str = "pil",
+        disable: tuple[str, ...] = (),
+        fast: tuple[str, ...] = (),
+    ) -> URSAPipelineOutput:
+        """The reference pipeline's call, argument for argument.
+
+        With the same checkpoint, arguments and ``torch.Generator().manual_seed(s)`` on the CPU in
+        float32 this gives the reference's token ids and uint8 frames.  ``output_type``: "pil" (one
+        image per frame), "np" (uint8 ``[B, H, W, 3]``, or ``[B, T, H, W, 3]`` for video) or
+        "latent" (token ids ``[B, T, h, w]``).
+        """
+        if output_type not in ("pil", "np", "latent"):
+            raise InputError(f"output_type must be 'pil', 'np' or 'latent', got {output_type!r}.")
+        cfg = RunConfig(model="", height=height, width=width, num_frames=num_frames, steps=num_inference_steps,
+                        guidance=guidance_scale, guidance_trunc=guidance_trunc, disable=list(disable),
+                        fast=list(fast), quiet=True)
+        latent_shape = self.latent_shape(cfg)
+        steps = self.num_steps(cfg)
+        self._flags(cfg)
+        generator = generator if generator is not None else torch.Generator().manual_seed(torch.seed())
+        self._move_transformer(self.device)
+        cond, uncond = self.encode_prompts(prompt, negative_prompt, per_prompt=num_images_per_prompt)
+        x = self.generate_tokens(cond, uncond, latent_shape, steps, guidance_scale, guidance_trunc, generator, cfg)
+        tokens = x.view(-1, *latent_shape).cpu()
+        self.last_tokens = tokens
+        if output_type == "latent":
+            return URSAPipelineOutput(frames=tokens)
+        frames = self.decode_tokens(tokens)
+        self.last_frames = frames
+        if latent_shape[0] == 1 and frames.shape[1] == 1:
+            frames = frames[:, 0]
+            if output_type == "pil":
+                return URSAPipelineOutput(frames=[PIL.Image.fromarray(f) for f in frames])
+        return URSAPipelineOutput(frames=frames)  # video is always returned as an array, like the reference
+
+    def _run(
         self,
         cfg: RunConfig,
         record: RunRecord,
