@@ -27,8 +27,8 @@ lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks
 
 bench-tiny: $(STAMP)
-	$(PY) benchmarks/bench_ursa.py --tiny
-	$(PY) benchmarks/bench_qwen_edit.py --tiny
+	$(PY) -m benchmarks.bench_ursa --tiny
+	$(PY) -m benchmarks.bench_qwen_edit --tiny
 
 clean:
 	rm -rf $(VENV) demo-out .difforge-home .pytest_cache

@@ -91,6 +91,7 @@ def generate(
     device: Device = "auto",
     dtype: Dtype = "auto",
     offload: Offload = "none",
+    use_compile: Annotated[bool, typer.Option("--compile", help="torch.compile the repeated blocks (torchair on NPU).")] = False,
     fast: Annotated[list[str] | None, typer.Option(help="Opt-in approximate optimisation (repeatable).")] = None,
     disable: Annotated[list[str] | None, typer.Option(help="Switch off an exact optimisation (repeatable).")] = None,
     output: Annotated[Path, typer.Option("--output", "-o", help="out.png, or out.gif/.webp/.mp4 for video.")] = Path(
@@ -116,6 +117,7 @@ def generate(
         device=device,
         dtype=dtype,
         offload=offload,
+        compile=use_compile,
         fast=fast or [],
         disable=disable or [],
         output=str(output),
@@ -144,6 +146,7 @@ def edit(
     transformer: Annotated[
         Path | None, typer.Option(help="Transformer-only safetensors (e.g. an FP8 re-pack) replacing the folder's.")
     ] = None,
+    use_compile: Annotated[bool, typer.Option("--compile", help="torch.compile the repeated blocks (torchair on NPU).")] = False,
     fast: Annotated[list[str] | None, typer.Option(help="Opt-in approximate optimisation (repeatable).")] = None,
     disable: Annotated[list[str] | None, typer.Option(help="Switch off an exact optimisation (repeatable).")] = None,
     output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the edited image.")] = Path("out.png"),
@@ -168,6 +171,7 @@ def edit(
         offload=offload,
         vae_tiling=vae_tiling,
         transformer_file=str(transformer) if transformer else None,
+        compile=use_compile,
         fast=fast or [],
         disable=disable or [],
         output=str(output),
