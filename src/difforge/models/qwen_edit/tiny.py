@@ -58,17 +58,9 @@ FP8_FORMS = ("plain", "scaled", "scaled-prefixed")
 
 def _byte_vocab() -> dict[str, int]:
     """GPT-2's byte-to-unicode table: one printable symbol per byte, so every byte is a token."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-    printable += list(range(ord("®"), ord("ÿ") + 1))
-    symbols = dict.fromkeys(printable)
-    extra = 0
-    table: dict[int, str] = {}
-    for b in range(256):
-        if b in symbols:
-            table[b] = chr(b)
-        else:
-            table[b] = chr(256 + extra)
-            extra += 1
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    table = bytes_to_unicode()
     return {table[b]: b for b in range(256)}
 
 

@@ -53,16 +53,11 @@ VIDEO_SEED = 20250102
 
 
 def _byte_chars() -> list[str]:
-    """The byte-level alphabet in byte order (printable bytes map to themselves)."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    chars, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            chars[b] = chr(b)
-        else:
-            chars[b] = chr(256 + extra)
-            extra += 1
-    return [chars[b] for b in range(256)]
+    """The byte-level BPE alphabet in byte order (GPT-2's byte-to-unicode table, as Qwen uses)."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    table = bytes_to_unicode()
+    return [table[b] for b in range(256)]
 
 
 def build_tokenizer() -> Tokenizer:
