@@ -234,3 +234,38 @@ def test_doctor_json() -> None:
     assert r.exit_code == 0, r.stderr
     info = json.loads(r.stdout)
     assert "torch" in json.dumps(info)
+
+
+# ---- nothing in a model folder is ever executed ----------------------------------------------------
+
+
+def _plant_payload(folder: Path, marker: Path) -> None:
+    """Python files a hostile folder could carry: importing or running any of them writes ``marker``."""
+    code = f"open({str(marker)!r}, 'w').write('executed')\n"
+    for sub in ("", "transformer", "vae", "scheduler", "text_encoder"):
+        if (folder / sub).is_dir():
+            for name in ("__init__.py", f"__{sub or 'pipeline'}__.py", f"{sub or 'pipeline'}.py", "modeling.py"):
+                (folder / sub / name).write_text(code)
+
+
+def test_python_files_in_an_ursa_folder_are_never_run(tmp_path: Path, tmp_out: Path) -> None:
+    folder = _copy_model("tiny-ursa", tmp_path)
+    marker = tmp_path / "pwned"
+    _plant_payload(folder, marker)
+    r = _invoke(["generate", "--prompt", "x", "--model", str(folder), "--steps", "2", "--height", "64", "--width", "64",
+                 "--output", str(tmp_out / "a.png"), "--quiet"])
+    assert r.exit_code == 0, r.stderr
+    assert not marker.exists()
+
+
+def test_qwen_folder_asking_for_custom_code_is_refused(tmp_path: Path, tmp_out: Path, in_png: Path) -> None:
+    folder = _copy_model("tiny-qwen-edit", tmp_path)
+    marker = tmp_path / "pwned"
+    _plant_payload(folder, marker)
+    index = folder / "model_index.json"
+    data = json.loads(index.read_text())
+    index.write_text(json.dumps({**data, "transformer": ["modeling", "QwenImageTransformer2DModel"]}))
+    r = _invoke(["edit", "--image", str(in_png), "--prompt", "x", "--model", str(folder), "--steps", "2",
+                 "--output", str(tmp_out / "a.png")])
+    assert_clean_failure(r, tmp_out, "transformer")
+    assert not marker.exists()
