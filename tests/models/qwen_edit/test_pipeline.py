@@ -205,3 +205,16 @@ def test_components_run_deterministically(edit_folder: Path) -> None:
     assert [n for n, _ in qe.transformer_blocks()] == ["transformer_blocks.0", "transformer_blocks.1"]
     with pytest.raises(DifforgeError, match="Unknown component"):
         qe.run_component("unet", {})
+
+
+def test_diffusers_style_call_equals_the_run_contract(edit_folder: Path) -> None:
+    """``pipe(image=..., prompt=..., generator=...)`` - diffusers' call - runs difforge's loop unchanged."""
+    cfg = make_cfg(edit_folder, negative_prompt="blurry", true_cfg=3.0)
+    qe, record = load(edit_folder, cfg)
+    expected = pixels(qe(cfg, record, [card()])[0])
+    out = qe(image=card(), prompt=cfg.prompt, negative_prompt="blurry", true_cfg_scale=3.0, height=64, width=64,
+             num_inference_steps=2, generator=torch.Generator().manual_seed(0))
+    assert np.array_equal(pixels(out.images[0]), expected)
+    arr = qe(image=card(), prompt=cfg.prompt, negative_prompt="blurry", true_cfg_scale=3.0, height=64, width=64,
+             num_inference_steps=2, generator=torch.Generator().manual_seed(0), output_type="np").images
+    assert arr.shape == (1, 64, 64, 3) and np.allclose(arr[0], expected)

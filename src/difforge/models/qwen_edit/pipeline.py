@@ -12,10 +12,12 @@ exact speed-up switched off (``cfg.disable``), within float rounding with them o
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from math import prod
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import PIL.Image
 import torch
 from torch import Tensor
@@ -47,6 +49,13 @@ def _cpu(t: Tensor) -> Tensor:
     return t.detach().to("cpu", torch.float32).clone()
 
 
+@dataclass
+class EditOutput:
+    """What the diffusers-style call returns (diffusers' ``QwenImagePipelineOutput`` shape)."""
+
+    images: Any
+
+
 class QwenEditPipeline:
     """Qwen-Image-Edit (one reference) or Edit-Plus 2509/2511 (several references) on one backend."""
 
@@ -75,16 +84,26 @@ class QwenEditPipeline:
     @classmethod
     def from_pretrained(
         cls,
-        folder: Path,
-        backend: Backend,
-        dtype: torch.dtype,
-        cfg: RunConfig,
-        record: RunRecord,
+        folder: str | Path,
+        backend: Backend | None = None,
+        dtype: torch.dtype | None = None,
+        cfg: RunConfig | None = None,
+        record: RunRecord | None = None,
         op_overrides: dict[str, Callable] | None = None,
     ) -> QwenEditPipeline:
+        """Load a diffusers-layout folder.  ``QwenEditPipeline.from_pretrained(path)`` alone works too:
+        the device defaults to ``auto`` and the dtype to float32 on the CPU (the backend's choice elsewhere)."""
         from .speed import install_compile, install_exact, install_fast
 
         folder = Path(folder)
+        if backend is None:
+            from ...devices import get_backend
+
+            backend = get_backend("auto")
+        if dtype is None:
+            dtype = torch.float32 if backend.name == "cpu" else backend.preferred_dtype()
+        cfg = cfg if cfg is not None else RunConfig(model=str(folder))
+        record = record if record is not None else RunRecord(kind="edit")
         options = SpeedOptions.from_config(cfg)
         # An fp8 file goes straight to the device when the whole pipeline will live there anyway.
         direct = backend.device if cfg.offload in ("none", "before-decode") else "cpu"
@@ -162,7 +181,9 @@ class QwenEditPipeline:
         )
 
     @torch.inference_mode()
-    def _prepare(self, cfg: RunConfig, images: list[PIL.Image.Image]) -> Prepared:
+    def _prepare(
+        self, cfg: RunConfig, images: list[PIL.Image.Image], generator: torch.Generator | None = None
+    ) -> Prepared:
         """Encode prompt(s) and references, draw the initial noise; cached for forward_step."""
         pipe = self.pipe
         height, width = self._size(cfg, images)
@@ -174,7 +195,8 @@ class QwenEditPipeline:
             neg_embeds, neg_mask = pipe.encode_prompt(image=refs.prompt_images, prompt=negative, device=self.device)
         channels = pipe.transformer.config.in_channels // 4
         noise, image_latents = pipe.prepare_latents(
-            refs.vae_images, 1, channels, height, width, embeds.dtype, self.device, self.backend.generator(cfg.seed)
+            refs.vae_images, 1, channels, height, width, embeds.dtype, self.device,
+            generator if generator is not None else self.backend.generator(cfg.seed),
         )
         f = pipe.vae_scale_factor * 2
         img_shapes = [[(1, height // f, width // f), *[(1, h // f, w // f) for w, h in refs.vae_sizes]]]
@@ -250,17 +272,64 @@ class QwenEditPipeline:
     @torch.inference_mode()
     def __call__(
         self,
+        cfg: RunConfig | None = None,
+        record: RunRecord | None = None,
+        images: list[PIL.Image.Image] | None = None,
+        step_hook: StepHook | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """difforge's contract: ``pipe(cfg, record, images)`` -> PIL images, filling the RunRecord.
+
+        The diffusers call works too - ``pipe(image=img, prompt="...", negative_prompt=" ",
+        true_cfg_scale=4.0, num_inference_steps=40, generator=g)`` returns :class:`EditOutput` with
+        ``.images`` (see :meth:`edit`).
+        """
+        if not isinstance(cfg, RunConfig):
+            return self.edit(**kwargs)
+        return self._run(cfg, record if record is not None else RunRecord(kind="edit"), images, step_hook)
+
+    def edit(
+        self,
+        image: PIL.Image.Image | list[PIL.Image.Image],
+        prompt: str,
+        negative_prompt: str | None = None,
+        true_cfg_scale: float = 4.0,
+        height: int | None = None,
+        width: int | None = None,
+        num_inference_steps: int = DEFAULT_STEPS,
+        generator: torch.Generator | None = None,
+        output_type: str = "pil",
+    ) -> EditOutput:
+        """diffusers' ``QwenImageEdit(Plus)Pipeline.__call__`` arguments, through difforge's loop.
+
+        ``output_type`` "pil" or "np" (float ``[B, H, W, 3]`` in [0, 1], like diffusers).  Unlike
+        diffusers, a missing negative prompt with ``true_cfg_scale > 1`` means ``" "`` (the published
+        recipe) instead of silently switching guidance off.
+        """
+        if output_type not in ("pil", "np"):
+            raise InputError(f"output_type must be 'pil' or 'np', got {output_type!r}.")
+        images = [image] if isinstance(image, PIL.Image.Image) else list(image)
+        cfg = RunConfig(model=str(self.folder), prompt=prompt, negative_prompt=negative_prompt, true_cfg=true_cfg_scale,
+                        height=height, width=width, steps=num_inference_steps, quiet=True)
+        out = self._run(cfg, RunRecord(kind="edit"), images, None, generator=generator)
+        if output_type == "np":
+            return EditOutput(images=np.stack([np.asarray(im, dtype=np.float32) / 255.0 for im in out]))
+        return EditOutput(images=out)
+
+    def _run(
+        self,
         cfg: RunConfig,
         record: RunRecord,
         images: list[PIL.Image.Image] | None = None,
         step_hook: StepHook | None = None,
+        generator: torch.Generator | None = None,
     ) -> list[PIL.Image.Image]:
         images = check_images(images, self.plus)
         steps = self._steps(cfg)
         self._size(cfg, images)  # size errors before any work
         self._restore_after_release()
         with record.phase("encode", self.backend):
-            prepared = self._prepare(cfg, images)
+            prepared = self._prepare(cfg, images, generator)
         with record.phase("denoise", self.backend):
             latents = self._denoise(cfg, prepared, steps, record, step_hook)
         if self.offload == "before-decode":
