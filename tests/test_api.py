@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from difforge import api
-from difforge.errors import InputError, StepsError
+from difforge.errors import InputError, OutputError, StepsError
 from difforge.runtime.record import RunRecord
 
 
@@ -59,7 +59,7 @@ def test_failed_writer_leaves_no_partial_file(tmp_path: Path, monkeypatch: pytes
         raise OSError("disk full")
 
     monkeypatch.setattr(Image.Image, "save", broken_save)
-    with pytest.raises(OSError):
+    with pytest.raises(OutputError, match="disk full"):
         api.save_images(_frames(1), tmp_path / "a.png", RunRecord(kind="generate"))
     assert list(tmp_path.iterdir()) == []
 

@@ -269,3 +269,46 @@ def test_qwen_folder_asking_for_custom_code_is_refused(tmp_path: Path, tmp_out: 
                  "--output", str(tmp_out / "a.png")])
     assert_clean_failure(r, tmp_out, "transformer")
     assert not marker.exists()
+
+
+# ---- outputs that cannot be written fail before any work ------------------------------------------
+
+
+def test_output_problems_fail_before_loading(tmp_out: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from difforge import api
+
+    def must_not_load(*a, **k):
+        raise AssertionError("the model was loaded before the output path was checked")
+
+    monkeypatch.setattr(api, "load_pipeline", must_not_load)
+    (tmp_out / "taken.png").mkdir()
+    r = _invoke(["generate", "--prompt", "x", "--output", str(tmp_out / "taken.png")])
+    assert_clean_failure(r, tmp_out / "taken.png", "is a directory")
+    r = _invoke(["generate", "--prompt", "x", "--output", str(tmp_out / "a.txt")])
+    assert_clean_failure(r, tmp_out / "taken.png", "cannot write output a.txt")
+    (tmp_out / "file").write_text("a file where a folder should be")
+    r = _invoke(["generate", "--prompt", "x", "--output", str(tmp_out / "file" / "sub" / "a.png")])
+    assert_clean_failure(r, tmp_out / "taken.png", "not a writable folder")
+    r = _invoke(["generate", "--prompt", "x", "--output", str(tmp_out / "a.png"), "--record", str(tmp_out / "taken.png")])
+    assert_clean_failure(r, tmp_out / "taken.png", "is a directory")
+    r = _invoke(["generate", "--prompt", "x", "--num-frames", "1", "--output", str(tmp_out / "a.gif")])
+    assert_clean_failure(r, tmp_out / "taken.png", "cannot write output a.gif")
+    assert sorted(p.name for p in tmp_out.iterdir()) == ["file", "taken.png"]
+
+
+def test_folders_given_as_files(tmp_out: Path) -> None:
+    r = _invoke(["edit", "--image", str(tmp_out), "--prompt", "x", "--output", str(tmp_out / "a.png")])
+    assert_clean_failure(r, tmp_out, "is a folder")
+    r = _invoke(["edit", "--image", str(tmp_out), "--prompt", "x", "--transformer", str(tmp_out),
+                 "--output", str(tmp_out / "a.png")])
+    assert_clean_failure(r, tmp_out, "is a folder")
+
+
+def test_oom_hint_follows_the_family() -> None:
+    from difforge.errors import out_of_memory_message
+
+    assert "--vae-tiling" not in out_of_memory_message("cuda:0", "before-decode", "ursa")
+    assert "--offload model" in out_of_memory_message("cuda:0", "before-decode", "ursa")
+    assert "sequential" not in out_of_memory_message("cuda:0", "model", "ursa")
+    assert "--offload sequential and --vae-tiling" in out_of_memory_message("npu:0", "model", "qwen-edit")
+    assert "reduce --height/--width" in out_of_memory_message("npu:0", "sequential", "qwen-edit-plus")

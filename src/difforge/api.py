@@ -7,6 +7,8 @@ parses arguments and prints.  Every user mistake surfaces as a :class:`~difforge
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +22,7 @@ from .errors import (
     DeviceOutOfMemoryError,
     DifforgeError,
     InputError,
+    OutputError,
     StepsError,
     is_out_of_memory,
     out_of_memory_message,
@@ -94,7 +97,7 @@ def load_pipeline(
         raise
     except Exception as exc:
         if is_out_of_memory(exc):
-            raise DeviceOutOfMemoryError(out_of_memory_message(str(backend), cfg.offload)) from None
+            raise DeviceOutOfMemoryError(out_of_memory_message(str(backend), cfg.offload, family)) from None
         raise
 
 
@@ -103,6 +106,8 @@ def load_images(paths: Sequence[str | Path]) -> list[Image.Image]:
     images = []
     for p in paths:
         path = Path(p)
+        if path.is_dir():
+            raise InputError(f"Input image {path} is a folder; give an image file.")
         if not path.is_file():
             raise InputError(f"Input image {path} does not exist.")
         try:
@@ -134,7 +139,9 @@ def run_pipeline(
         raise
     except Exception as exc:
         if is_out_of_memory(exc):
-            raise DeviceOutOfMemoryError(out_of_memory_message(str(pipeline.backend), cfg.offload)) from None
+            raise DeviceOutOfMemoryError(
+                out_of_memory_message(str(pipeline.backend), cfg.offload, getattr(pipeline, "family", None))
+            ) from None
         raise
     return RunResult(images=list(out), record=record)
 
@@ -191,7 +198,34 @@ def _save_mp4(frames: list[Image.Image], output: Path) -> Path:
 # ---- the two jobs -------------------------------------------------------------------------------
 
 
+def check_output_path(path: str | Path, what: str, suffixes: tuple[str, ...] | None = None) -> Path:
+    """Fail before any work when an output cannot be written: wrong suffix, a directory, no permission."""
+    path = Path(path)
+    if suffixes is not None and path.suffix.lower() not in suffixes:
+        raise InputError(f"Cannot write {what} {path.name}: use one of {', '.join(suffixes)}.")
+    if path.is_dir():
+        raise OutputError(f"{what.capitalize()} path {path} is a directory; give a file name.")
+    parent = path.parent if str(path.parent) else Path(".")
+    probe = parent
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        raise OutputError(f"Cannot write {what} {path}: {probe} is not a writable folder.")
+    return path
+
+
+def _check_outputs(cfg: RunConfig) -> None:
+    if cfg.output:
+        suffixes = IMAGE_SUFFIXES + (VIDEO_SUFFIXES if cfg.num_frames > 1 else ())
+        check_output_path(cfg.output, "output", tuple(dict.fromkeys(suffixes)))
+        if Path(cfg.output).suffix.lower() == ".mp4" and importlib.util.find_spec("imageio_ffmpeg") is None:
+            raise InputError("Writing .mp4 needs 'imageio[ffmpeg]' (pip install 'difforge[video]'); or write .gif/.webp.")
+    if cfg.record:
+        check_output_path(cfg.record, "record")
+
+
 def _run(cfg: RunConfig, task: str, images: list[Image.Image] | None) -> RunResult:
+    _check_outputs(cfg)
     record = RunRecord(kind=task)
     pipeline = load_pipeline(cfg.model, cfg.device, cfg.dtype, cfg=cfg, record=record, task=task)
     result = run_pipeline(pipeline, cfg, images=images, record=record)
@@ -239,6 +273,9 @@ def _config(**fields: Any) -> RunConfig:
     if unknown:
         raise InputError(f"Unknown option(s): {', '.join(unknown)}.")
     cfg = RunConfig(**fields)
+    if cfg.transformer_file and not Path(cfg.transformer_file).is_file():
+        kind = "is a folder" if Path(cfg.transformer_file).is_dir() else "does not exist"
+        raise InputError(f"--transformer {cfg.transformer_file} {kind}; give a .safetensors file.")
     if cfg.steps is not None and cfg.steps < 2:
         raise StepsError(f"--steps must be at least 2 (got {cfg.steps}); one step leaves pure noise.")
     if cfg.offload not in OFFLOAD_PLANS:

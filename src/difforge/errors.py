@@ -54,19 +54,33 @@ class StepsError(InputError):
     """The number of denoising steps is out of range."""
 
 
+class OutputError(DifforgeError):
+    """An output path cannot be written (a directory, no permission, disk full ...)."""
+
+
 class DeviceOutOfMemoryError(DifforgeError):
     """The device ran out of memory; the message names the offload plan to try."""
 
 
-def out_of_memory_message(device: str, current_plan: str) -> str:
-    """Suggest the next, leaner memory plan after an out-of-memory failure."""
-    ladder = ["none", "before-decode", "model", "sequential"]
-    idx = ladder.index(current_plan) if current_plan in ladder else 0
+def out_of_memory_message(device: str, current_plan: str, family: str | None = None) -> str:
+    """Suggest the next, leaner memory plan after an out-of-memory failure.
+
+    URSA's plans only differ in where the transformer and VAE wait (``model`` and ``sequential`` are
+    the same there) and it has no VAE tiling; Qwen-Image-Edit has the full ladder plus ``--vae-tiling``.
+    """
+    if family == "ursa":
+        ladder = ["none", "before-decode", "model"]
+        tail = "reduce --height/--width or use a smaller --dtype"
+    else:
+        ladder = ["none", "before-decode", "model", "sequential"]
+        tail = "reduce --height/--width or use --vae-tiling"
+    idx = ladder.index(current_plan) if current_plan in ladder else len(ladder) - 1
     if idx + 1 < len(ladder):
         nxt = ladder[idx + 1]
-        hint = f"retry with --offload {nxt}" + (" and --vae-tiling" if nxt != "before-decode" else "")
+        tiling = " and --vae-tiling" if family != "ursa" and nxt not in ("before-decode",) else ""
+        hint = f"retry with --offload {nxt}{tiling}"
     else:
-        hint = "reduce --height/--width or use --vae-tiling"
+        hint = tail
     return f"{device} ran out of memory with --offload {current_plan}; {hint}."
 
 

@@ -51,6 +51,8 @@ def check_safetensors_header(path: Path) -> dict[str, Any]:
             header = json.loads(fh.read(n))
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         raise CheckpointError(f"{path} is not a valid safetensors file ({exc}).") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path} is not a valid safetensors file (its header is not a JSON object).")
     end = 0
     for key, meta in header.items():
         if key == "__metadata__":

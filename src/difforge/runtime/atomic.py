@@ -11,18 +11,26 @@ from pathlib import Path
 
 @contextmanager
 def atomic_path(final: str | Path) -> Iterator[Path]:
-    """Yield a temp path beside ``final``; rename it into place only if the block succeeds."""
+    """Yield a temp path beside ``final``; rename it into place only if the block succeeds.
+
+    Any OSError (no permission, a directory in the way, disk full) becomes one OutputError sentence.
+    """
+    from ..errors import OutputError
+
     final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".part" + final.suffix, dir=final.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
+    tmp_path: Path | None = None
     try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".part" + final.suffix, dir=final.parent)
+        os.close(fd)
+        tmp_path = Path(tmp)
         yield tmp_path
         os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp makes 0600 files; outputs get normal permissions
         os.replace(tmp_path, final)
+    except OSError as exc:
+        raise OutputError(f"Could not write {final}: {exc.strerror or exc}.") from None
     finally:
-        if tmp_path.exists():
+        if tmp_path is not None and tmp_path.exists():
             tmp_path.unlink()
 
 

@@ -446,6 +446,7 @@ class URSAPipeline:
         latent_shape = self.latent_shape(cfg)
         steps = self.num_steps(cfg)
         self._flags(cfg)
+        self.set_compile(False)  # this call promises the reference's exact arithmetic
         generator = generator if generator is not None else torch.Generator().manual_seed(torch.seed())
         self._move_transformer(self.device)
         cond, uncond = self.encode_prompts(prompt, negative_prompt, per_prompt=num_images_per_prompt)
