@@ -64,3 +64,17 @@ def test_write_report_zh(tmp_path: Path) -> None:
 def test_fmt() -> None:
     assert fmt(None) == "–" and fmt(True) == "yes" and fmt(0.0) == "0"
     assert fmt(1.23456789) == "1.23457" and fmt(1e-7) == "1.000e-07" and fmt(float("inf")) == "inf"
+
+
+def test_verdict_reasons_and_missing_floor_are_shown(tmp_path: Path) -> None:
+    result, files = _result(tmp_path)
+    result.verdict = Verdict.WARN
+    result.data["verdict_reasons"] = ["the operator rung was skipped (the reference run recorded no step)"]
+    result.rungs["trajectory"] = RungResult("trajectory", Verdict.WARN, "no noise floor",
+                                            data={"floor": "none (cpu runs none of float16)", "floor_available": False})
+    paths = write_report(result, tmp_path, lang="en", files=files)
+    md = paths["markdown"].read_text()
+    overview = md.split("## 2.")[0]
+    assert "not a plain PASS" in overview and "operator rung was skipped" in overview
+    assert "No noise floor (none (cpu runs none of float16))" in md
+    assert "operator rung was skipped" in paths["html"].read_text()

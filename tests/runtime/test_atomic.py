@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from difforge.errors import OutputError
 from difforge.runtime.atomic import atomic_path, atomic_save, atomic_write_bytes, atomic_write_text
 
 
@@ -57,7 +58,7 @@ def test_atomic_save_with_writer(tmp_path: Path) -> None:
         p.write_bytes(b"partial")
         raise OSError("disk full")
 
-    with pytest.raises(OSError):
+    with pytest.raises(OutputError, match="disk full"):  # one user-facing sentence, not a raw OSError
         atomic_save(tmp_path / "y.bin", failing)
     assert not (tmp_path / "y.bin").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.bin"]

@@ -37,6 +37,9 @@ TEXT: dict[str, dict[str, str]] = {
         "block": "Block",
         "floor_text": ("Noise floor: the reference device at the device's dtype ({floor}), i.e. what that "
                        "precision alone costs on a trusted implementation."),
+        "no_floor_text": ("No noise floor ({floor}): precision is not judged; each image is only held to diffusers' "
+                          "absolute fp16-vs-fp32 bound, so the trajectory is at best a WARN."),
+        "verdict_reasons": "Why the verdict is not a plain PASS:",
         "gallery": "8. Gallery",
         "gallery_text": "Sample prompts on the device; pairs show reference (left) and device (right).",
         "prompt": "Prompt",
@@ -79,6 +82,8 @@ TEXT: dict[str, dict[str, str]] = {
         "after_blocks": "所有 block 均未分叉（分叉发生在其后：最终归一化 / 输出头 / 引导）",
         "block": "层",
         "floor_text": "噪声基线：参考设备以被测设备的精度（{floor}）运行，即可信实现下仅由该精度带来的误差。",
+        "no_floor_text": "无噪声基线（{floor}）：不做精度判定，仅按 diffusers fp16 对 fp32 的绝对界检查图像，轨迹最多为 WARN。",
+        "verdict_reasons": "结论并非直接 PASS 的原因：",
         "gallery": "8. 生成样例",
         "gallery_text": "被测设备上的示例 prompt；对比图左为参考、右为被测设备。",
         "prompt": "Prompt",

@@ -122,6 +122,13 @@ def _env_tables(env: dict[str, Any]) -> tuple[list[tuple[str, str]], list[tuple[
     return versions, items
 
 
+def _floor_text(t: dict[str, str], traj: RungResult | None) -> str:
+    if traj is None or not traj.data or "floor" not in traj.data:
+        return ""
+    key = "floor_text" if traj.data.get("floor_available", True) else "no_floor_text"
+    return t[key].format(floor=traj.data["floor"])
+
+
 def build_context(result: ValidationResult, lang: str, plots: dict[str, bytes], deliverables: list[dict]) -> dict:
     import difforge
 
@@ -160,7 +167,8 @@ def build_context(result: ValidationResult, lang: str, plots: dict[str, bytes], 
         "localisation_text": t["localisation_text"].format(
             step=loc["step"], seed=loc.get("seed"), threshold=loc["threshold"],
             first=loc["first_divergent"] or t["after_blocks"]) if loc else "",
-        "floor_text": t["floor_text"].format(floor=traj.data.get("floor")) if traj and traj.data else "",
+        "floor_text": _floor_text(t, traj),
+        "verdict_reasons": d.get("verdict_reasons") or [],
         "gallery": d.get("gallery") or {},
         "notes": d.get("notes", []),
         "sources": [(k, SOURCES[k][0], SOURCES[k][1]) for k in used_sources],

@@ -7,12 +7,13 @@ pass ``op_overrides`` to plant a porting bug in the device under test only).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..devices import DTYPES
+from ..devices import DTYPES, dtype_name
 from ..errors import InputError
 
 if TYPE_CHECKING:
@@ -55,14 +56,17 @@ class ValidateOptions:
             raise InputError("--rounds must be at least 1.")
         if self.warmup < 0:
             raise InputError("--warmup must be 0 or more.")
-        if self.steps is not None and self.steps < 1:
-            raise InputError("--steps must be at least 1.")
-        if self.prompts is not None and not Path(self.prompts).is_file():
-            raise InputError(f"--prompts file {self.prompts} does not exist; give a text file, one prompt a line.")
+        if self.steps is not None and self.steps < 2:
+            raise InputError(f"--steps must be at least 2 (got {self.steps}); one step cannot be compared step by step.")
+        for flag, value in (("--height", self.height), ("--width", self.width)):
+            if value is not None and value <= 0:
+                raise InputError(f"{flag} must be a positive number of pixels, not {value}.")
+        if self.prompts is not None:
+            _check_input_file(self.prompts, "--prompts", "give a text file, one prompt a line")
         for img in self.images:
-            if not Path(img).is_file():
-                raise InputError(f"--image {img} does not exist.")
+            _check_input_file(img, "--image", "give an image file")
         parse_reference(self.reference)
+        check_out_dir(self.out)
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items() if k != "op_overrides"}
@@ -71,14 +75,53 @@ class ValidateOptions:
         return out
 
 
-def parse_reference(spec: str) -> tuple[str, str]:
-    """``cpu:float32`` / ``cuda:1:bfloat16`` / ``cpu`` -> (device, dtype); dtype defaults to float32."""
-    spec = (spec or "cpu:float32").strip().lower()
-    head, _, tail = spec.rpartition(":")
-    if head and tail in DTYPES:
-        device, dtype = head, tail
+def _check_input_file(path: str | Path, flag: str, hint: str) -> None:
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{flag} {p} is a folder; {hint}.")
+    if not p.is_file():
+        raise InputError(f"{flag} {p} does not exist; {hint}.")
+
+
+def check_out_dir(out: str | Path) -> Path:
+    """``--out`` must be a folder difforge can create or write into; checked before anything runs."""
+    path = Path(out)
+    if str(out).strip() == "":
+        raise InputError("--out is empty; give the folder the report should be written to.")
+    if path.exists() and not path.is_dir():
+        raise InputError(f"--out {path} is a file; give a folder for the report.")
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise InputError(f"--out {path} cannot be created: {probe} is a file, not a folder.")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise InputError(f"--out {path} is not writable: {probe} is not a writable folder.")
+    return path
+
+
+def parse_reference(spec: str | None) -> tuple[str, str]:
+    """``cpu:float32`` / ``cuda:1:bfloat16`` / ``cpu`` -> (device, dtype); dtype defaults to float32.
+
+    ``None`` means the default (``cpu:float32``); an empty string or an unknown dtype is an InputError.
+    """
+    if spec is None:
+        spec = "cpu:float32"
+    text = str(spec).strip().lower()
+    if not text:
+        raise InputError("--reference is empty; give a device and dtype, e.g. cpu:float32 or cuda:0:bfloat16.")
+    head, sep, tail = text.rpartition(":")
+    if not sep:
+        device, dtype = text, "float32"
+    elif not tail:
+        raise InputError(f"--reference '{spec}' ends with ':'; name a dtype after it, e.g. cpu:float32.")
+    elif tail in DTYPES:
+        device, dtype = head, dtype_name(DTYPES[tail])
+    elif tail.isdigit():  # cuda:1, npu:0 (a device index, no dtype)
+        device, dtype = text, "float32"
     else:
-        device, dtype = spec, "float32"
+        raise InputError(f"--reference '{spec}' names an unknown dtype '{tail}'; use float32, bfloat16 or float16, "
+                         "e.g. cpu:float32.")
     if not device:
         raise InputError(f"--reference '{spec}' needs a device, e.g. cpu:float32 or cuda:0:bfloat16.")
     return device, dtype

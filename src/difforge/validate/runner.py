@@ -8,7 +8,9 @@ mistakes (bad device, bad path) still raise DifforgeError before anything runs.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
+import shutil
 import sys
 import time
 import traceback
@@ -17,12 +19,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import torch
 from PIL import Image
 from rich.console import Console
 
 from ..config import RunConfig
 from ..devices import dtype_name, get_backend
-from ..errors import DeviceOutOfMemoryError, DifforgeError, DtypeError
+from ..errors import DeviceOutOfMemoryError, DifforgeError, DtypeError, InputError, SizeError
 from ..models.registry import URSA, resolve_model
 from ..runtime.atomic import atomic_save
 from ..runtime.record import RunRecord
@@ -33,13 +36,22 @@ from .environment import fingerprint
 from .gallery import contact_sheet, pair
 from .inputs import URSA_NEGATIVE, default_prompts, read_prompts, synthetic_image
 from .operators import operator_rung
-from .options import RUNGS, ValidateOptions, ValidationResult, parse_reference
+from .options import RUNGS, ValidateOptions, ValidationResult, check_out_dir, parse_reference
 from .smoke import smoke_rung
 from .steps import StepTrace, step_rung
 from .trajectory import TrajectoryRun, trajectory_rung
-from .verdict import RungResult, Verdict, worst
+from .verdict import RungResult, Verdict, overall
 
 QUICK_STEPS = 4
+#: When the reference device refuses the device's dtype, the floor is built at the nearest one it runs.
+NEAREST_DTYPES: dict[torch.dtype, tuple[torch.dtype, ...]] = {
+    torch.float16: (torch.bfloat16,),
+    torch.bfloat16: (torch.float16,),
+}
+
+
+def _short(exc: BaseException) -> str:
+    return f"{exc.__class__.__name__}: {' '.join(str(exc).split())[:300]}"
 
 
 class _Progress:
@@ -128,6 +140,13 @@ class Ladder:
         self.image_paths: list[str] = [str(p) for p in options.images]
         self.files: list[Path] = []
         self.notes: list[str] = []
+        #: Stages that failed outside the rungs (the gallery ...): each makes the verdict at least WARN.
+        self.caveats: list[str] = []
+        self.synthetic = False
+        self.created_out = False
+        self.ref: Any = None
+        self.floor_label = f"{self.ref_device} {dtype_name(self.dut_dtype)}"
+        self.floor_dtype = dtype_name(self.dut_dtype)
 
     # ---- configs ------------------------------------------------------------------------------
     def config(self, prompt: str, seed: int, device: str, dtype: str) -> RunConfig:
@@ -147,16 +166,99 @@ class Ladder:
 
     # ---- inputs --------------------------------------------------------------------------------
     def prepare_inputs(self) -> None:
+        """Decode the input pictures (InputError for a bad one); nothing is written yet."""
         if self.family == URSA:
             return
         if self.image_paths:
             self.images = self.api.load_images(self.image_paths)
             return
-        img = synthetic_image()
-        path = self.save_image(img, "input_synthetic.png")
-        self.image_paths = [str(path)]
-        self.images = [img]
-        self.notes.append("no --image given: edits use a synthetic test picture (input_synthetic.png)")
+        self.images = [synthetic_image()]
+        self.synthetic = True
+
+    def save_inputs(self) -> None:
+        """Once DIR exists: save the synthetic test picture the edits use (if any)."""
+        if self.synthetic:
+            path = self.save_image(self.images[0], "input_synthetic.png")
+            self.image_paths = [str(path)]
+            self.notes.append("no --image given: edits use a synthetic test picture (input_synthetic.png)")
+
+    def check_size(self, pipe: Any) -> None:
+        """Height/width must be positive multiples of the model's stride: a SizeError before DIR exists."""
+        multiple = int(pipe.spatial_stride if self.family == URSA else pipe.size_multiple)
+        for flag, value in (("--height", self.o.height), ("--width", self.o.width)):
+            if value is not None and (value <= 0 or value % multiple):
+                near = max(multiple, round(value / multiple) * multiple)
+                raise SizeError(f"{flag} must be a positive multiple of {multiple} for this model, got {value}; "
+                                f"try {near}.")
+
+    def make_out_dir(self) -> None:
+        """Create DIR (only once every input has been checked)."""
+        check_out_dir(self.out)
+        self.created_out = not self.out.exists()
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"--out {self.out} cannot be created ({exc.strerror or exc}).") from None
+
+    def discard_output(self) -> None:
+        """A user mistake surfaced after DIR was made: take back what this run wrote."""
+        if self.created_out:
+            shutil.rmtree(self.out, ignore_errors=True)
+            return
+        for path in self.files:
+            path.unlink(missing_ok=True)
+        for sub in ("images", "plots"):
+            with contextlib.suppress(OSError):
+                (self.out / sub).rmdir()  # only if empty
+
+    # ---- the noise floor -------------------------------------------------------------------------
+    def floor_candidates(self) -> list[torch.dtype]:
+        """Dtypes to build the floor at: the device's own, then the nearest ones (never the reference's)."""
+        return [d for d in (self.dut_dtype, *NEAREST_DTYPES.get(self.dut_dtype, ())) if d != self.ref_torch_dtype]
+
+    def load_floor(self, same_place: bool) -> Any | None:
+        """The reference device at the device's dtype (or the nearest it supports); None when none can run.
+
+        Sets ``floor_label``/``floor_dtype`` and says in the notes what was built and why.
+        """
+        want = dtype_name(self.dut_dtype)
+        self.floor_dtype = want
+        self.floor_label = f"{self.ref_device} {want}"
+        if same_place and not self.o.op_overrides:
+            self.notes.append(f"the precision floor ({self.floor_label}) is the device under test itself: same "
+                              "device, same dtype, no op overrides, so its trajectory is reused")
+            return None
+        if self.dut_dtype == self.ref_torch_dtype:
+            self.notes.append(f"device and reference share {self.ref_dtype}: the floor is the reference itself "
+                              "(zero), raised to the 1-level quantisation step")
+            return self.ref
+        refused: list[str] = []
+        for dtype in self.floor_candidates():
+            name = dtype_name(dtype)
+            try:
+                self.ref_backend.resolve_dtype(name)
+            except DtypeError:
+                refused.append(name)
+                continue
+            try:
+                floor, _ = self.load(self.ref_device, name)
+            except Exception as exc:  # an OOM or crash here costs the floor, not the report
+                self.notes.append(f"no precision floor: loading the reference at {name} failed ({_short(exc)}); "
+                                  "the trajectory is judged only by an absolute bound, at best WARN")
+                self.floor_label = f"none ({self.ref_device} {name} failed to load)"
+                return None
+            self.floor_dtype = name
+            if name != want:
+                self.floor_label = f"{self.ref_device} {name}, nearest to {want}"
+                self.notes.append(f"{self.ref_device} does not run {want}, so the precision floor is built at "
+                                  f"{name}, the nearest dtype it supports: a looser floor than {want} would give")
+            else:
+                self.floor_label = f"{self.ref_device} {name}"
+            return floor
+        self.floor_label = f"none ({self.ref_device} runs none of {', '.join(refused) or want})"
+        self.notes.append(f"no precision floor: {self.ref_device} runs neither {want} nor a nearby 16-bit dtype, so "
+                          "the trajectory is judged only by an absolute bound (diffusers fp16 test), at best WARN")
+        return None
 
     def save_image(self, img: Image.Image, name: str, record: RunRecord | None = None) -> Path:
         path = self.out / "images" / name
@@ -187,12 +289,15 @@ class Ladder:
 
 
 def run_validation(options: ValidateOptions) -> ValidationResult:
-    """Run the whole ladder on ``options`` and write the report into ``options.out``."""
+    """Run the whole ladder on ``options`` and write the report into ``options.out``.
+
+    Every user mistake (bad flag, prompts file, image, size, ``--out``) raises DifforgeError before
+    ``DIR`` is created; the device-under-test pipeline is loaded first so its size check runs before
+    the reference is loaded.
+    """
     options.check()
     lad = Ladder(options)
-    lad.out.mkdir(parents=True, exist_ok=True)
     prog = _Progress(options.quiet, total=10)
-    rungs: dict[str, RungResult] = {}
     data: dict[str, Any] = {"options": options.to_dict(), "family": lad.family, "notes": lad.notes}
     seeds = [options.seed, *[s for s in options.extra_seeds if s != options.seed]]
 
@@ -211,22 +316,48 @@ def run_validation(options: ValidateOptions) -> ValidationResult:
         raise
     except Exception as exc:
         dut_error = f"{exc.__class__.__name__}: {exc}"
-    ref, ref_record = lad.load(lad.ref_device, lad.ref_dtype)
+    if dut is not None:
+        lad.check_size(dut)
+    ref_error: str | None = None
+    ref_record = RunRecord(kind=dut_record.kind)
+    try:
+        lad.ref, ref_record = lad.load(lad.ref_device, lad.ref_dtype)
+    except DeviceOutOfMemoryError as exc:
+        ref_error = str(exc)
+    except DifforgeError:
+        raise
+    except Exception as exc:  # the reference crashing costs the rungs that need it, not the report
+        ref_error = _short(exc)
+    ref = lad.ref
+    if dut is None and ref is not None:
+        lad.check_size(ref)
+    lad.make_out_dir()
+    try:
+        return _climb(lad, prog, t0, data, seeds, dut, dut_record, dut_error, ref, ref_record, ref_error)
+    except DifforgeError:
+        lad.discard_output()
+        raise
+
+
+def _not_run(key: str, why: str) -> RungResult:
+    return RungResult(key, Verdict.FAIL, f"not run: {why}", data={"error": why})
+
+
+def _climb(lad: Ladder, prog: _Progress, t0: float, data: dict[str, Any], seeds: list[int], dut: Any,
+           dut_record: RunRecord, dut_error: str | None, ref: Any, ref_record: RunRecord, ref_error: str | None,
+           ) -> ValidationResult:
+    """Everything after the inputs were checked and DIR made: floor, rungs, gallery, report."""
+    options = lad.o
+    rungs: dict[str, RungResult] = {}
+    lad.save_inputs()
     same_place = lad.ref_backend.device == lad.dut_backend.device
     floor = None
-    floor_label = f"{lad.ref_device} {dtype_name(lad.dut_dtype)}"
-    if same_place and not options.op_overrides:
-        lad.notes.append(f"the precision floor ({floor_label}) is the device under test itself: same device, same "
-                         "dtype, no op overrides, so its trajectory is reused")
-    elif lad.dut_dtype == lad.ref_torch_dtype:
-        floor = ref
-        lad.notes.append(f"device and reference share {lad.ref_dtype}: the floor is the reference itself (zero), "
-                         "raised to the 1-level quantisation step")
-    else:
-        try:
-            floor, _ = lad.load(lad.ref_device, dtype_name(lad.dut_dtype))
-        except DtypeError as exc:
-            lad.notes.append(f"no precision floor: {exc}")
+    if ref is None:
+        lad.notes.append(f"the reference ({lad.ref_device} {lad.ref_dtype}) could not be loaded: {ref_error}")
+        lad.floor_label = "none (the reference could not be loaded)"
+    elif dut is not None:
+        floor = lad.load_floor(same_place)
+    floor_label = lad.floor_label
     prog.done(None, t0)
 
     # 2. smoke ------------------------------------------------------------------------------------
@@ -243,7 +374,7 @@ def run_validation(options: ValidateOptions) -> ValidationResult:
                 raise
             dut_error = str(exc)
         except Exception as exc:
-            dut_error = f"{exc.__class__.__name__}: {' '.join(str(exc).split())[:300]}"
+            dut_error = _short(exc)
     rungs["smoke"] = smoke_rung(dut_record, smoke_images, smoke_trace.final() or None, dut_error)
     prog.done(rungs["smoke"], t0)
     data["adaptations"] = [vars(a) for a in dut_record.adaptations]
@@ -280,58 +411,112 @@ def run_validation(options: ValidateOptions) -> ValidationResult:
 
     # 4. reference and floor runs (one per seed) ----------------------------------------------------------
     t0 = prog.start(f"reference runs on {lad.ref_device} {lad.ref_dtype} (seeds {seeds})")
-    traj: list[tuple[int, TrajectoryRun, TrajectoryRun, TrajectoryRun | None]] = []
-    step_runs: list[tuple[RunConfig, StepTrace]] = []
-    ref_images0: list[Image.Image] = []
-    for seed in seeds:
-        cfg = lad.dut_cfg(seed=seed)
-        if seed == options.seed:
-            dut_run = TrajectoryRun(smoke_images, smoke_trace)
-        else:
-            tr = StepTrace()
-            imgs, _ = lad.run(dut, cfg, trace=tr)
-            dut_run = TrajectoryRun(imgs, tr)
-        rtr = StepTrace()
-        rimgs, _ = lad.run(ref, lad.ref_cfg(cfg), trace=rtr)
-        if seed == options.seed:
-            ref_images0 = rimgs
-            lad.save_image(rimgs[0], f"reference_seed{seed}.png")
-        floor_run = None
-        if floor is ref:
-            floor_run = TrajectoryRun(rimgs, rtr)
-        elif floor is not None:
-            ftr = StepTrace()
-            fimgs, _ = lad.run(floor, replace(cfg, device=lad.ref_device), trace=ftr)
-            floor_run = TrajectoryRun(fimgs, ftr)
-        elif same_place and not options.op_overrides:
-            floor_run = dut_run
-        traj.append((seed, dut_run, TrajectoryRun(rimgs, rtr), floor_run))
-        step_runs.append((cfg, rtr))
-    prog.done(None, t0)
+    runs = _RefRuns(seeds)
+    if ref is None:
+        runs.error = f"the reference could not be loaded ({ref_error})"
+    else:
+        try:
+            _reference_runs(lad, dut, ref, floor, same_place, smoke_images, smoke_trace, runs)
+        except Exception as exc:  # an OOM or crash here fails the rungs that need these runs, not the report
+            runs.error = f"{runs.stage} failed ({_short(exc)})"
+    if runs.floor_error is not None:
+        floor = None
+        lad.notes.append(f"no precision floor: {runs.floor_error}; the trajectory is judged only by an absolute "
+                         "bound, at best WARN")
+    prog.done(None, t0, runs.error or "")
 
     # 5-8. accuracy ladder -------------------------------------------------------------------------------
     t0 = prog.start("operator rung")
-    first_inputs = step_runs[0][1].inputs[0] if step_runs and step_runs[0][1].inputs else None
-    rungs["operator"] = _guard("operator", lambda: operator_rung(
-        dut, lad.ref_backend.device, cfg0, first_inputs, dut_record.adaptations)) if first_inputs else RungResult(
-        "operator", Verdict.SKIP, "the reference run recorded no step")
+    first_inputs = runs.step_runs[0][1].inputs[0] if runs.step_runs and runs.step_runs[0][1].inputs else None
+    if first_inputs:
+        rungs["operator"] = _guard("operator", lambda: operator_rung(
+            dut, lad.ref_backend.device, cfg0, first_inputs, dut_record.adaptations))
+    elif runs.error:
+        rungs["operator"] = _not_run("operator", runs.error)
+    else:
+        rungs["operator"] = RungResult("operator", Verdict.SKIP, "the reference run recorded no step")
     prog.done(rungs["operator"], t0)
     t0 = prog.start("component rung")
-    rungs["component"] = _guard("component", lambda: component_rung(dut, ref, cfg0))
+    if ref is None:
+        rungs["component"] = _not_run("component", f"the reference could not be loaded ({ref_error})")
+    else:
+        rungs["component"] = _guard("component", lambda: component_rung(dut, ref, cfg0))
     prog.done(rungs["component"], t0)
     t0 = prog.start("teacher-forced step rung")
-    step_floor = dut if (same_place and not options.op_overrides) else floor
-    rungs["step"] = _guard("step", lambda: step_rung(dut, ref, step_runs, step_floor))
+    if runs.error:
+        rungs["step"] = _not_run("step", runs.error)
+    else:
+        step_floor = dut if (same_place and not options.op_overrides) else floor
+        rungs["step"] = _guard("step", lambda: step_rung(dut, ref, runs.step_runs, step_floor))
     prog.done(rungs["step"], t0)
     t0 = prog.start("trajectory rung")
-    rungs["trajectory"] = _guard("trajectory", lambda: trajectory_rung(traj, floor_label))
+    if runs.error:
+        rungs["trajectory"] = _not_run("trajectory", runs.error)
+    else:
+        label = floor_label if runs.floor_error is None else f"none ({runs.floor_error})"
+        rungs["trajectory"] = _guard("trajectory", lambda: trajectory_rung(runs.traj, label))
     prog.done(rungs["trajectory"], t0)
 
     # 9. gallery -------------------------------------------------------------------------------------------
     t0 = prog.start(f"gallery ({len(lad.prompts)} prompt(s))")
-    data["gallery"] = _gallery(lad, dut, ref, smoke_images, ref_images0)
+    if ref is not None:
+        try:
+            data["gallery"] = _gallery(lad, dut, ref, smoke_images, runs.ref_images0)
+        except Exception as exc:  # the report is written without it; the verdict says so
+            data["gallery"] = {"error": _short(exc)}
+            lad.caveats.append(f"the gallery failed ({_short(exc)})")
     prog.done(None, t0)
     return _finish(lad, rungs, data, prog, seeds)
+
+
+class _RefRuns:
+    """What stage 4 produced: per seed the device/reference/floor runs, and what went wrong."""
+
+    def __init__(self, seeds: list[int]) -> None:
+        self.seeds = seeds
+        self.traj: list[tuple[int, TrajectoryRun, TrajectoryRun, TrajectoryRun | None]] = []
+        self.step_runs: list[tuple[RunConfig, StepTrace]] = []
+        self.ref_images0: list[Image.Image] = []
+        self.stage = "the reference runs"
+        self.error: str | None = None
+        self.floor_error: str | None = None
+
+
+def _reference_runs(lad: Ladder, dut: Any, ref: Any, floor: Any, same_place: bool, smoke_images: list[Image.Image],
+                    smoke_trace: StepTrace, runs: _RefRuns) -> None:
+    """Stage 4: the device on the extra seeds, the reference and the floor on every seed (CPU noise)."""
+    options = lad.o
+    for seed in runs.seeds:
+        cfg = lad.dut_cfg(seed=seed)
+        if seed == options.seed:
+            dut_run = TrajectoryRun(smoke_images, smoke_trace)
+        else:
+            runs.stage = f"the device run (seed {seed})"
+            tr = StepTrace()
+            imgs, _ = lad.run(dut, cfg, trace=tr)
+            dut_run = TrajectoryRun(imgs, tr)
+        runs.stage = f"the reference run (seed {seed})"
+        rtr = StepTrace()
+        rimgs, _ = lad.run(ref, lad.ref_cfg(cfg), trace=rtr)
+        if seed == options.seed:
+            runs.ref_images0 = rimgs
+            lad.save_image(rimgs[0], f"reference_seed{seed}.png")
+        floor_run = None
+        if floor is ref:
+            floor_run = TrajectoryRun(rimgs, rtr)
+        elif floor is not None and runs.floor_error is None:
+            ftr = StepTrace()
+            try:
+                fimgs, _ = lad.run(floor, replace(cfg, device=lad.ref_device, dtype=lad.floor_dtype), trace=ftr)
+                floor_run = TrajectoryRun(fimgs, ftr)
+            except Exception as exc:  # the floor is lost, not the report
+                runs.floor_error = f"the floor run ({lad.floor_label}, seed {seed}) failed ({_short(exc)})"
+        elif floor is None and same_place and not options.op_overrides:
+            floor_run = dut_run
+        runs.traj.append((seed, dut_run, TrajectoryRun(rimgs, rtr), floor_run))
+        runs.step_runs.append((cfg, rtr))
+    if runs.floor_error is not None:  # one seed without a floor: judge every seed the same way
+        runs.traj = [(seed, d, r, None) for seed, d, r, _ in runs.traj]
 
 
 def _gallery(lad: Ladder, dut: Any, ref: Any, first_dut: list[Image.Image], first_ref: list[Image.Image],
@@ -366,9 +551,8 @@ def _finish(lad: Ladder, rungs: dict[str, RungResult], data: dict[str, Any], pro
 
     t0 = prog.start("report")
     ordered = {k: rungs[k] for k in RUNGS if k in rungs}
-    verdict = worst([r.verdict for r in ordered.values()])
-    if verdict is Verdict.SKIP:
-        verdict = Verdict.FAIL
+    verdict, reasons = overall(ordered, lad.caveats)
+    data["verdict_reasons"] = reasons
     config = {**lad.o.to_dict(), "rounds_effective": lad.rounds, "warmup_effective": lad.warmup, "seeds": seeds}
     data["environment"] = fingerprint(lad.dut_backend, lad.ref_backend, config)
     data["reproduce"] = _reproduce(lad.o)

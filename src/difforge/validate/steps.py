@@ -118,6 +118,11 @@ def capture_blocks(pipeline: Any, reference: dict[str, list[torch.Tensor]] | Non
             h.remove()
 
 
+def _nan_worst(values: list[float], pick: Any) -> float:
+    """min/max of per-call metrics where NaN wins (a NaN call is divergent, whatever its position)."""
+    return float("nan") if any(v != v for v in values) else pick(values)
+
+
 def localise(dut: Any, ref: Any, cfg: RunConfig, step: int, inputs: dict[str, torch.Tensor],
              floor: Any | None = None) -> dict[str, Any]:
     """Replay ``step`` with block hooks on the reference, the device and (if any) the floor; the first
@@ -139,13 +144,13 @@ def localise(dut: Any, ref: Any, cfg: RunConfig, step: int, inputs: dict[str, to
         calls = cmp_store.get(name) or []
         if not calls:
             continue
-        cos = min(c["cosine"] for c in calls)
-        rel = max(c["rel_l2"] for c in calls)
-        mx = max(c["max_abs"] for c in calls)
+        cos = _nan_worst([c["cosine"] for c in calls], min)
+        rel = _nan_worst([c["rel_l2"] for c in calls], max)
+        mx = _nan_worst([c["max_abs"] for c in calls], max)
         fcalls = floor_store.get(name) or []
-        frel = max(c["rel_l2"] for c in fcalls) if fcalls else None
+        frel = _nan_worst([c["rel_l2"] for c in fcalls], max) if fcalls else None
         diverged = not cos >= BLOCK_COS_DIVERGE  # NaN counts as divergent
-        if diverged and frel is not None and rel == rel:
+        if diverged and frel is not None and frel == frel and rel == rel:
             diverged = rel > FLOOR_RATIO_PASS * frel
         blocks.append({"block": name, "calls": len(calls), "cosine": cos, "rel_l2": rel, "max_abs": mx,
                        "floor_rel_l2": frel, "divergent": diverged})

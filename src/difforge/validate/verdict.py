@@ -35,6 +35,34 @@ def worst(verdicts: list[Verdict] | tuple[Verdict, ...]) -> Verdict:
     return max(real, key=lambda v: _RANK[v])
 
 
+#: The accuracy rungs that prove a port; one skipped leaves the port unproven (overall at least WARN).
+REQUIRED_ACCURACY = ("operator", "component", "step", "trajectory")
+
+
+def overall(rungs: dict[str, RungResult], caveats: list[str] | tuple[str, ...] = ()) -> tuple[Verdict, list[str]]:
+    """The verdict of a whole validation and the reasons it is not a plain PASS.
+
+    The worst rung verdict, except that SKIP never hides a gap: a required accuracy rung that was
+    skipped (or never ran) makes the result at least WARN, as does any ``caveat`` (a stage that
+    failed outside the rungs, e.g. the gallery); everything skipped is a FAIL.
+    """
+    verdict = worst([r.verdict for r in rungs.values()])
+    reasons: list[str] = []
+    if verdict is Verdict.SKIP:
+        verdict = Verdict.FAIL
+        reasons.append("every rung was skipped, so nothing was judged")
+    for key in REQUIRED_ACCURACY:
+        rung = rungs.get(key)
+        if rung is None:
+            reasons.append(f"the {key} rung did not run")
+        elif rung.verdict is Verdict.SKIP:
+            reasons.append(f"the {key} rung was skipped ({rung.summary or 'no reason given'})")
+    reasons.extend(caveats)
+    if reasons and verdict is Verdict.PASS:
+        verdict = Verdict.WARN
+    return verdict, reasons
+
+
 @dataclass
 class Measurement:
     """One number judged against a threshold; ``verdict`` is None for informative values."""

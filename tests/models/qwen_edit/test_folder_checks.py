@@ -73,3 +73,51 @@ def test_foreign_component_classes_and_family(copy: Path) -> None:
     (copy / "model_index.json").write_text(json.dumps(index))
     with pytest.raises(ModelFamilyError):
         check_model_folder(copy)
+
+
+def _edit_config(path: Path, change) -> None:
+    config = json.loads(path.read_text())
+    change(config)
+    path.write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize("layers, words", [(1, "unexpected weight 'transformer_blocks.1."),
+                                           (3, "lacks weight 'transformer_blocks.2.")])
+def test_transformer_weights_must_match_its_config(copy: Path, layers: int, words: str) -> None:
+    """diffusers drops extra weights silently and leaves missing ones on the meta device; both are refused."""
+    _edit_config(copy / "transformer" / "config.json", lambda c: c.update(num_layers=layers))
+    with pytest.raises(CheckpointError, match=words) as err:
+        load(copy, make_cfg(copy))
+    assert str(copy / "transformer") in _one_sentence(err)
+
+
+def test_vae_and_text_encoder_weights_must_match_their_configs(copy: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    vae = copy / "vae" / "diffusion_pytorch_model.safetensors"
+    state = load_file(str(vae))
+    save_file({k: v for k, v in state.items() if k != "decoder.conv_out.bias"}, str(vae))
+    with pytest.raises(CheckpointError, match="vae lacks weight 'decoder.conv_out.bias' [(]1 missing[)]") as err:
+        load(copy, make_cfg(copy))
+    _one_sentence(err)
+    save_file({**state, "decoder.extra.weight": state["decoder.conv_out.bias"].clone()}, str(vae))
+    with pytest.raises(CheckpointError, match="vae has unexpected weight 'decoder.extra.weight'"):
+        load(copy, make_cfg(copy))
+    save_file(state, str(vae))
+
+    def fewer_vision_blocks(c: dict) -> None:
+        c["vision_config"]["depth"] = 1
+
+    _edit_config(copy / "text_encoder" / "config.json", fewer_vision_blocks)
+    with pytest.raises(CheckpointError, match=r"text_encoder has unexpected weight '.*blocks\.1\.") as err:
+        load(copy, make_cfg(copy))
+    _one_sentence(err)
+
+    def more_text_layers(c: dict) -> None:
+        c["vision_config"]["depth"] = 2
+        c["text_config"].update(num_hidden_layers=3, layer_types=["full_attention"] * 3)
+
+    _edit_config(copy / "text_encoder" / "config.json", more_text_layers)
+    with pytest.raises(CheckpointError, match=r"text_encoder lacks weight '.*layers\.2\.") as err:
+        load(copy, make_cfg(copy))
+    _one_sentence(err)

@@ -120,7 +120,7 @@ class _SyncCounter(TorchDispatchMode):
 
 
 def test_denoise_loop_has_no_host_syncs(plus_folder: Path) -> None:
-    qe, cfg, *_ = _run(plus_folder, [card()])
+    qe, cfg, record, *_ = _run(plus_folder, [card()])
     p = qe._prepared
     timesteps = qe._timesteps(p, 3)
     counter = _SyncCounter()
@@ -131,6 +131,23 @@ def test_denoise_loop_has_no_host_syncs(plus_folder: Path) -> None:
     with counter:  # the counter does see a sync when one happens
         torch.ones(2).sum().item()
     assert counter.seen == ["_local_scalar_dense"]
+    assert next(a for a in record.adaptations if a.what == "denoise loop").choice == "no host syncs, static shapes"
+
+
+@pytest.mark.parametrize("fast, syncs", [("first-block-cache=0.05", True), ("taylorseer=2", False)])
+def test_the_record_names_the_option_that_adds_host_syncs(plus_folder: Path, fast: str, syncs: bool) -> None:
+    """First-Block-Cache reads its residual ratio with .item() (every call after the first); the record says so."""
+    cfg = make_cfg(plus_folder, fast=[fast])
+    qe, record = load(plus_folder, cfg)
+    qe._prepare(cfg, [card()])
+    p = qe._prepared
+    counter = _SyncCounter()
+    with torch.inference_mode(), counter:
+        denoise(qe.denoiser(cfg), qe.pipe.scheduler, p, qe._timesteps(p, 3), cfg.true_cfg)
+    assert set(counter.seen) <= {"item"} and (0 < len(counter.seen) <= 3 if syncs else not counter.seen)
+    loop = next(a for a in record.adaptations if a.what == "denoise loop").choice
+    assert loop == ("static shapes; a host sync in each transformer call (first-block-cache)" if syncs
+                    else "no host syncs, static shapes")
 
 
 @pytest.mark.parametrize("fast", ["first-block-cache=0.4", "taylorseer=3"])

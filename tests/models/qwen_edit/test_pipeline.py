@@ -149,6 +149,9 @@ def test_input_errors(edit_folder: Path, plus_folder: Path) -> None:
     with pytest.raises(SizeError, match="multiples of 16") as err:
         qe(make_cfg(edit_folder, height=72), record, [card()])
     assert "\n" not in str(err.value)
+    for height, width in ((0, 64), (64, -16)):  # not silently replaced by the default size
+        with pytest.raises(SizeError, match=f"positive multiples of 16 for this model, got {height}x{width}"):
+            qe(make_cfg(edit_folder, height=height, width=width), record, [card()])
     with pytest.raises(StepsError, match="at least 2"):
         qe(make_cfg(edit_folder, steps=1), record, [card()])
     plus, plus_record = load(plus_folder, make_cfg(plus_folder))
@@ -218,3 +221,36 @@ def test_diffusers_style_call_equals_the_run_contract(edit_folder: Path) -> None
     arr = qe(image=card(), prompt=cfg.prompt, negative_prompt="blurry", true_cfg_scale=3.0, height=64, width=64,
              num_inference_steps=2, generator=torch.Generator().manual_seed(0), output_type="np").images
     assert arr.shape == (1, 64, 64, 3) and np.allclose(arr[0], expected)
+
+
+def _record(record) -> dict[str, tuple[str, bool]]:
+    return {a.what: (a.choice, a.exact) for a in record.adaptations}
+
+
+def test_a_reused_pipeline_runs_each_cfg_like_a_fresh_one(edit_folder: Path) -> None:
+    """Caches, exact speed-ups, VAE tiling and offload follow each run's cfg, and so does its record."""
+    from difforge.runtime.record import RunRecord
+
+    cached = make_cfg(edit_folder, fast=["first-block-cache=0.5"])
+    qe, load_record = load(edit_folder, cached)
+    first = pixels(qe(cached, load_record, [card()])[0])
+    other = make_cfg(edit_folder, disable=list(EXACT_OPTIMISATIONS), vae_tiling=True, offload="before-decode")
+    record = RunRecord("edit")
+    reused = pixels(qe(other, record, [card()])[0])
+    fresh, fresh_record = load(edit_folder, other)
+    assert np.array_equal(reused, pixels(fresh(other, fresh_record, [card()])[0]))
+    assert not np.array_equal(first, reused)  # the cache did change the output, and is gone now
+    assert _record(record) == _record(fresh_record)
+    assert "step cache" not in _record(record) and _record(record)["offload"][0] == "before-decode"
+    assert qe.pipe.vae.use_tiling and not qe.pipe.transformer.is_cache_enabled
+    again = pixels(qe(cached, record, [card()])[0])  # and back: same as the first run
+    assert np.array_equal(again, first)
+    assert {"vae", "offload"}.isdisjoint(_record(record)) and not _record(record)["step cache"][1]
+    assert not qe.pipe.vae.use_tiling and record.extra["speed"]["fast"] == ["first-block-cache=0.5"]
+    # What is set up at load cannot change per run; the pipeline stays usable after the refusal.
+    with pytest.raises(InputError, match="loaded without --compile; reload the pipeline") as err:
+        qe(make_cfg(edit_folder, compile=True), record, [card()])
+    assert "\n" not in str(err.value)
+    with pytest.raises(InputError, match="--offload none; reload the pipeline to run with --offload model"):
+        qe(make_cfg(edit_folder, offload="model"), record, [card()])
+    assert qe.options.first_block_cache == 0.5 and qe.offload == "none" and not qe.options.compile

@@ -20,6 +20,7 @@ import torch
 from ...devices import Backend, dtype_name
 from ...errors import CheckpointError, DifforgeError
 from ...runtime.record import RunRecord
+from ..checkpoint import WEIGHTS_NAME, safetensors_keys, weight_files
 from .compat import apply_processor_shim
 from .folder import CheckedFolder, check_model_folder
 from .fp8 import Fp8FileInfo, fp8_name, load_transformer_file, module_weight_bytes
@@ -94,6 +95,7 @@ def load_pipeline(
         info = loaded.info
     try:
         with quiet_hf(True):  # difforge shows its own progress; HF loading bars are noise on stderr
+            components["text_encoder"] = _load_text_encoder(folder / "text_encoder", dtype)
             pipe = cls.from_pretrained(
                 str(folder), dtype=dtype, use_safetensors=True, local_files_only=True, **components
             )
@@ -103,9 +105,71 @@ def load_pipeline(
         raise CheckpointError(
             f"Could not load the pipeline in {folder} ({exc.__class__.__name__}: {_first_line(exc)})."
         ) from None
+    # quiet_hf also silences diffusers' missing/unexpected-key warnings, so the match is checked here.
+    for name in ("vae",) if transformer_file else ("transformer", "vae"):
+        check_keys_match(getattr(pipe, name), folder / name)
+    for name in ("transformer", "vae", "text_encoder"):
+        check_no_meta(getattr(pipe, name), folder / name)
     pipe.set_progress_bar_config(disable=True)  # difforge draws its own progress
     _record_weights(pipe, dtype, info, record)
     return LoadedPipeline(pipe, checked, info)
+
+
+def _bad_key(where: Path, missing: list[str], unexpected: list[str]) -> None:
+    """One sentence naming the first missing (else unexpected) weight, URSA's wording."""
+    if missing:
+        raise CheckpointError(
+            f"{where} lacks weight '{missing[0]}' ({len(missing)} missing); the file does not match its config."
+        )
+    if unexpected:
+        raise CheckpointError(
+            f"{where} has unexpected weight '{unexpected[0]}' ({len(unexpected)} extra); the file does not match"
+            " its config."
+        )
+
+
+def check_keys_match(module: torch.nn.Module, component: Path, name: str = WEIGHTS_NAME) -> None:
+    """The safetensors keys of ``component`` must be exactly the module's persistent state.
+
+    diffusers drops extra weights silently and leaves missing ones on the meta device.  A tied
+    parameter (one tensor under two names) counts as present when the file holds any of its names;
+    non-persistent buffers are not in ``state_dict`` and so never expected.
+    """
+    in_file: set[str] = set()
+    for path in weight_files(component, name):
+        in_file.update(safetensors_keys(path))
+    names_of: dict[int, list[str]] = {}
+    for key, tensor in module.state_dict(keep_vars=True).items():
+        names_of.setdefault(id(tensor), []).append(key)
+    missing = sorted(names[0] for names in names_of.values() if not in_file.intersection(names))
+    expected = {key for names in names_of.values() for key in names}
+    _bad_key(component, missing, sorted(in_file - expected))
+
+
+def check_no_meta(module: torch.nn.Module, component: Path) -> None:
+    """No parameter or buffer may be left on the meta device (a weight the files never provided)."""
+    for key, tensor in [*module.named_parameters(), *module.named_buffers()]:
+        if tensor.is_meta:
+            raise CheckpointError(f"{component} lacks weight '{key}'; the file does not match its config.")
+
+
+def _load_text_encoder(component: Path, dtype: torch.dtype) -> Any:
+    """The Qwen2.5-VL text encoder, with transformers' own report of missing and unexpected keys.
+
+    transformers renames the files' keys (``model.layers.*`` -> ``model.language_model.layers.*`` and
+    so on) and ties weights while loading, so its loading report - not a comparison of names - is
+    what says whether the files match the config.
+    """
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    model, report = Qwen2_5_VLForConditionalGeneration.from_pretrained(
+        str(component), dtype=dtype, use_safetensors=True, local_files_only=True, output_loading_info=True
+    )
+    _bad_key(component, sorted(report.get("missing_keys", ())), sorted(report.get("unexpected_keys", ())))
+    mismatched = sorted(report.get("mismatched_keys", ()))
+    if mismatched:
+        raise CheckpointError(f"{component} weight '{mismatched[0][0]}' has a shape its config does not imply.")
+    return model
 
 
 def _record_weights(pipe: DiffusionPipeline, dtype: torch.dtype, info: Fp8FileInfo | None, record: RunRecord) -> None:
@@ -148,12 +212,14 @@ def choose_attention(
     """
     transformer = pipe.transformer
     if not allow_npu and backend.name == "npu":
+        _back_to_native(transformer)
         record.adapt("attention", "torch SDPA (diffusers 'native')", detail="_native_npu switched off with 'npu-attention'")
         return "native"
     if backend.name == "npu" and backend.has_fused("attention") and dtype in (torch.bfloat16, torch.float16):
         try:
             transformer.set_attention_backend("_native_npu")
         except Exception as exc:  # torch_npu missing or the kernel refused: keep SDPA and say why
+            _back_to_native(transformer)
             record.adapt("attention", "torch SDPA (diffusers 'native')", detail=f"_native_npu refused: {_first_line(exc)}")
             return "native"
         record.adapt("attention", "torch_npu.npu_fusion_attention (diffusers '_native_npu')")
@@ -161,6 +227,18 @@ def choose_attention(
     why = "" if backend.name != "npu" else "the NPU fused kernel needs bf16/fp16"
     record.adapt("attention", "torch SDPA (diffusers 'native')", detail=why)
     return "native"
+
+
+def _back_to_native(transformer: Any) -> None:
+    """A reused pipeline that ran ``_native_npu`` before goes back to SDPA explicitly.
+
+    (``reset_attention_backend`` would fall back to diffusers' process-wide active backend, which
+    ``set_attention_backend`` has made ``_native_npu``.)
+    """
+    blocks = getattr(transformer, "transformer_blocks", None)
+    current = getattr(blocks[0].attn.processor, "_attention_backend", None) if blocks else None
+    if current is not None and str(getattr(current, "value", current)) != "native":
+        transformer.set_attention_backend("native")
 
 
 def place(pipe: DiffusionPipeline, backend: Backend, plan: str, vae_tiling: bool, record: RunRecord) -> None:
@@ -185,14 +263,28 @@ def place(pipe: DiffusionPipeline, backend: Backend, plan: str, vae_tiling: bool
         record.adapt("offload", f"diffusers enable_{plan}_cpu_offload", detail=detail)
     elif plan in ("none", "before-decode"):
         pipe.to(backend.device)
-        if plan == "before-decode":
-            record.adapt(
-                "offload", "before-decode", detail="transformer and text encoder move to the host before VAE decode"
-            )
+        record_offload(plan, record)
     else:
         from ...config import OFFLOAD_PLANS
 
         raise DifforgeError(f"Unknown --offload '{plan}'; use one of {', '.join(OFFLOAD_PLANS)}.")
-    if vae_tiling:
+    set_vae_tiling(pipe, vae_tiling, record)
+
+
+def record_offload(plan: str, record: RunRecord) -> None:
+    """The record entry of a plan that keeps the whole pipeline on the device (``none`` has none)."""
+    if plan == "before-decode":
+        record.adapt("offload", "before-decode", detail="transformer and text encoder move to the host before VAE decode")
+    else:
+        record.adaptations = [a for a in record.adaptations if a.what != "offload"]
+
+
+def set_vae_tiling(pipe: DiffusionPipeline, enabled: bool, record: RunRecord) -> None:
+    """Switch diffusers' VAE tiling on or off (a per-run choice) and record it while on."""
+    if enabled:
         pipe.vae.enable_tiling()
         record.adapt("vae", "tiled decode/encode", exact=False, detail="diffusers AutoencoderKLQwenImage tiling")
+        return
+    if getattr(pipe.vae, "use_tiling", False):
+        pipe.vae.disable_tiling()
+    record.adaptations = [a for a in record.adaptations if a.what != "vae"]

@@ -9,7 +9,9 @@ and the result equals the two calls within float rounding.
 The loop is free of host synchronisation: no ``.item()``, no device-to-host copies, no
 data-dependent shapes (``tests/models/qwen_edit/test_perf_exact.py`` checks this with a dispatch
 mode); timesteps stay on the device and the scheduler's sigmas are host scalars.  A ``step_hook``
-asks for CPU copies, and so does synchronise - that is the caller's explicit choice.
+asks for CPU copies, and so does synchronise - that is the caller's explicit choice.  So does the
+opt-in ``first-block-cache``: diffusers reads its residual ratio with ``.item()`` in each
+transformer call (the RunRecord's ``denoise loop`` entry says so, see :func:`.speed.record_loop`).
 
 Speed options are named so a run can say exactly what it did:
 
@@ -83,6 +85,8 @@ class SpeedOptions:
             except ValueError:
                 kind = "a positive threshold" if name == "first-block-cache" else "a positive integer interval"
                 raise InputError(f"--fast {item}: the value must be {kind}.") from None
+        if fbc is not None and taylor is not None:
+            raise InputError("--fast first-block-cache and taylorseer cannot be combined; choose one.")
         return cls(
             batched_cfg="batched-cfg" not in disable,
             real_rope="real-rope" not in disable,
@@ -95,6 +99,14 @@ class SpeedOptions:
     @classmethod
     def from_config(cls, cfg: Any) -> SpeedOptions:
         return cls.parse(list(cfg.disable), list(cfg.fast), bool(cfg.compile))
+
+    def names(self) -> tuple[list[str], list[str]]:
+        """``(cfg.disable, cfg.fast)`` that parse back to these options."""
+        flags = (self.batched_cfg, self.real_rope, self.npu_attention)
+        disable = [n for n, on in zip(EXACT_OPTIMISATIONS, flags, strict=True) if not on]
+        fast = [f"first-block-cache={self.first_block_cache!r}"] if self.first_block_cache is not None else []
+        fast += [f"taylorseer={self.taylorseer}"] if self.taylorseer is not None else []
+        return disable, fast
 
     @classmethod
     def reference(cls) -> SpeedOptions:

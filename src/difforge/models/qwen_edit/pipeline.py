@@ -22,7 +22,7 @@ import PIL.Image
 import torch
 from torch import Tensor
 
-from ...config import RunConfig
+from ...config import OFFLOAD_PLANS, RunConfig
 from ...devices import Backend
 from ...errors import InputError, SizeError, StepsError
 from ...runtime.progress import track
@@ -69,15 +69,27 @@ class QwenEditPipeline:
         offload: str,
         folder: Path,
         options: SpeedOptions | None = None,
+        vae_tiling: bool = False,
+        processor_locked: bool = False,
+        in_force: RunRecord | None = None,
     ) -> None:
         self.pipe = pipe
         self.family = family
         self.backend = backend
         self.dtype = dtype
         self.settings = settings
-        self.offload = offload
         self.folder = folder
+        #: The speed and memory options in force; each run brings them to its own cfg (:meth:`configure`).
         self.options = options or SpeedOptions()
+        self.offload = offload
+        self.vae_tiling = vae_tiling
+        self._processor_locked = processor_locked  # an attention override owns the processors
+        #: The adaptations in force, copied into every run's record.
+        self._in_force = in_force if in_force is not None else RunRecord(kind="edit")
+        disable, fast = self.options.names()
+        self._speed_cfg: dict[str, Any] = {"disable": disable, "fast": fast, "compile": self.options.compile,
+                                           "offload": offload, "vae_tiling": vae_tiling}
+        self._released = False  # before-decode moved the transformer and text encoder to the host
         self._prepared: Prepared | None = None
 
     # ---- loading ------------------------------------------------------------------------------
@@ -131,7 +143,60 @@ class QwenEditPipeline:
         record.extra["speed"] = {
             "disable": list(cfg.disable), "fast": list(cfg.fast), "compile": bool(cfg.compile)
         }
-        return cls(pipe, loaded.checked.family, backend, dtype, settings, cfg.offload, folder, options)
+        in_force = RunRecord(kind="edit")
+        in_force.adaptations = list(record.adaptations)
+        return cls(pipe, loaded.checked.family, backend, dtype, settings, cfg.offload, folder, options,
+                   vae_tiling=cfg.vae_tiling, processor_locked="attention" in installed, in_force=in_force)
+
+    # ---- per-run options ----------------------------------------------------------------------
+    def configure(self, cfg: RunConfig, record: RunRecord | None = None) -> None:
+        """Bring the pipeline to ``cfg``'s speed and memory options; write the adaptations in force to ``record``.
+
+        Switchable on a loaded pipeline: the exact speed-ups (``cfg.disable``), the step caches
+        (``cfg.fast``), VAE tiling, and ``--offload none`` / ``before-decode``.  ``--compile`` and the
+        accelerate offload plans are set up at load: a run that asks for other ones is an
+        ``InputError`` (reload the pipeline).  Everything is checked before anything changes.
+        """
+        from .loader import choose_attention, record_offload, set_vae_tiling
+        from .speed import RUN_SWITCHABLE, forget, install_exact, install_fast
+
+        run = SpeedOptions.from_config(cfg)
+        if run.compile != self.options.compile:
+            loaded, asked = ("with", "without") if self.options.compile else ("without", "with")
+            raise InputError(f"This pipeline was loaded {loaded} --compile; reload the pipeline to run {asked} it.")
+        if cfg.offload not in OFFLOAD_PLANS:
+            raise InputError(f"Unknown --offload plan '{cfg.offload}'; use one of {', '.join(OFFLOAD_PLANS)}.")
+        if cfg.offload != self.offload and not {cfg.offload, self.offload} <= {"none", "before-decode"}:
+            raise InputError(
+                f"This pipeline was loaded with --offload {self.offload}; reload the pipeline to run with --offload"
+                f" {cfg.offload}."
+            )
+        state = self._in_force
+        if run != self.options:
+            transformer = self.pipe.transformer
+            replaced = install_exact(transformer, run, state, processor_installed=self._processor_locked)
+            if not self._processor_locked and (replaced or run.npu_attention != self.options.npu_attention):
+                choose_attention(self.pipe, self.backend, self.dtype, state, allow_npu=run.npu_attention)
+            install_fast(transformer, run, state, current=self.options)
+            self.options = run
+        if cfg.offload != self.offload:
+            self._restore_after_release()
+            self.offload = cfg.offload
+            record_offload(cfg.offload, state)
+        if bool(cfg.vae_tiling) != self.vae_tiling:
+            set_vae_tiling(self.pipe, bool(cfg.vae_tiling), state)
+            self.vae_tiling = bool(cfg.vae_tiling)
+        self._speed_cfg = {"disable": list(cfg.disable), "fast": list(cfg.fast), "compile": bool(cfg.compile),
+                           "offload": cfg.offload, "vae_tiling": bool(cfg.vae_tiling)}
+        if record is None or record is state:
+            return
+        in_force = {a.what for a in state.adaptations}
+        for what in RUN_SWITCHABLE:
+            if what not in in_force:
+                forget(record, what)
+        for a in state.adaptations:
+            record.adapt(a.what, a.choice, a.exact, a.detail)
+        record.extra["speed"] = {"disable": list(cfg.disable), "fast": list(cfg.fast), "compile": bool(cfg.compile)}
 
     # ---- properties ---------------------------------------------------------------------------
     @property
@@ -158,8 +223,8 @@ class QwenEditPipeline:
     def _size(self, cfg: RunConfig, images: list[PIL.Image.Image]) -> tuple[int, int]:
         """(height, width): the user's, or the last reference's aspect ratio at the output area."""
         default_w, default_h = fit_area(self.settings.output_area, images[-1].width / images[-1].height)
-        height = cfg.height or default_h
-        width = cfg.width or default_w
+        height = default_h if cfg.height is None else int(cfg.height)
+        width = default_w if cfg.width is None else int(cfg.width)
         m = self.size_multiple
         if height <= 0 or width <= 0 or height % m or width % m:
             near_h, near_w = max(m, round(height / m) * m), max(m, round(width / m) * m)
@@ -215,9 +280,8 @@ class QwenEditPipeline:
         return schedule(self.pipe.scheduler, prepared.noise.shape[1], steps, self.device)
 
     def denoiser(self, cfg: RunConfig) -> Denoiser:
-        """This run's denoiser: batched CFG unless the load or the run switched it off."""
-        run = SpeedOptions.from_config(cfg)
-        return Denoiser(self.pipe.transformer, batched_cfg=self.options.batched_cfg and run.batched_cfg)
+        """This run's denoiser: batched CFG unless the run switched it off."""
+        return Denoiser(self.pipe.transformer, batched_cfg=SpeedOptions.from_config(cfg).batched_cfg)
 
     def _velocity(self, cfg: RunConfig, p: Prepared, latents: Tensor, t: Tensor) -> Tensor:
         """The (true-CFG combined, norm-rescaled) velocity at timestep ``t`` - what the scheduler steps with."""
@@ -250,12 +314,14 @@ class QwenEditPipeline:
         """``before-decode``: only the VAE stays on the device for the decode."""
         self.pipe.transformer.to("cpu")
         self.pipe.text_encoder.to("cpu")
+        self._released = True
         self.backend.empty_cache()
 
     def _restore_after_release(self) -> None:
-        if self.offload == "before-decode":
+        if self._released:
             self.pipe.text_encoder.to(self.device)
             self.pipe.transformer.to(self.device)
+            self._released = False
 
     def decode(self, latents: Tensor, height: int, width: int) -> list[PIL.Image.Image]:
         """Packed latents -> PIL images (unpack, undo the latent normalisation, VAE decode)."""
@@ -310,7 +376,7 @@ class QwenEditPipeline:
             raise InputError(f"output_type must be 'pil' or 'np', got {output_type!r}.")
         images = [image] if isinstance(image, PIL.Image.Image) else list(image)
         cfg = RunConfig(model=str(self.folder), prompt=prompt, negative_prompt=negative_prompt, true_cfg=true_cfg_scale,
-                        height=height, width=width, steps=num_inference_steps, quiet=True)
+                        height=height, width=width, steps=num_inference_steps, quiet=True, **self._speed_cfg)
         out = self._run(cfg, RunRecord(kind="edit"), images, None, generator=generator)
         if output_type == "np":
             return EditOutput(images=np.stack([np.asarray(im, dtype=np.float32) / 255.0 for im in out]))
@@ -327,6 +393,7 @@ class QwenEditPipeline:
         images = check_images(images, self.plus)
         steps = self._steps(cfg)
         self._size(cfg, images)  # size errors before any work
+        self.configure(cfg, record)
         self._restore_after_release()
         with record.phase("encode", self.backend):
             prepared = self._prepare(cfg, images, generator)
@@ -346,6 +413,7 @@ class QwenEditPipeline:
     @torch.inference_mode()
     def forward_step(self, cfg: RunConfig, i: int, inputs: dict[str, Tensor]) -> dict[str, Tensor]:
         """Recompute step ``i``'s velocity from recorded inputs (teacher forcing); CPU float32 out."""
+        self.configure(cfg)
         p = self._prepared_for(cfg)
         self._restore_after_release()
         latents = inputs["latents"].to(self.device, p.noise.dtype)
