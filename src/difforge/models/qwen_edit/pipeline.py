@@ -28,6 +28,7 @@ from ...errors import InputError, SizeError, StepsError
 from ...runtime.progress import track
 from ...runtime.record import RunRecord
 from ...runtime.steps import StepTimer
+from ..load_defaults import load_defaults
 from ..registry import QWEN_EDIT_PLUS
 from .loader import choose_attention, load_pipeline, place
 from .loop import Denoiser, Prepared, SpeedOptions, denoise, schedule
@@ -108,14 +109,7 @@ class QwenEditPipeline:
         from .speed import install_compile, install_exact, install_fast
 
         folder = Path(folder)
-        if backend is None:
-            from ...devices import get_backend
-
-            backend = get_backend("auto")
-        if dtype is None:
-            dtype = torch.float32 if backend.name == "cpu" else backend.preferred_dtype()
-        cfg = cfg if cfg is not None else RunConfig(model=str(folder))
-        record = record if record is not None else RunRecord(kind="edit")
+        backend, dtype, cfg, record = load_defaults(folder, "edit", backend, dtype, cfg, record)
         options = SpeedOptions.from_config(cfg)
         # An fp8 file goes straight to the device when the whole pipeline will live there anyway.
         direct = backend.device if cfg.offload in ("none", "before-decode") else "cpu"

@@ -40,6 +40,7 @@ from ...runtime.compile import CompilePolicy, compile_function, compile_policy
 from ...runtime.progress import track
 from ...runtime.record import RunRecord
 from ...runtime.steps import StepTimer
+from ..load_defaults import load_defaults
 from .loader import URSACheckpoint
 from .rope import positions
 from .sampling import Draws, device_generator, random_codes
@@ -120,14 +121,7 @@ class URSAPipeline:
         """Load a checkpoint folder.  diffusers-style ``URSAPipeline.from_pretrained(path)`` works too:
         the device defaults to ``auto`` and the dtype to float32 on the CPU (the backend's choice elsewhere)."""
         folder = Path(folder)
-        if backend is None:
-            from ...devices import get_backend
-
-            backend = get_backend("auto")
-        if dtype is None:
-            dtype = torch.float32 if backend.name == "cpu" else backend.preferred_dtype()
-        cfg = cfg if cfg is not None else RunConfig(model=str(folder))
-        record = record if record is not None else RunRecord(kind="generate")
+        backend, dtype, cfg, record = load_defaults(folder, "generate", backend, dtype, cfg, record)
         with record.phase("load", backend):
             ckpt = URSACheckpoint.read_configs(folder)
             ops = select_ops(backend, dtype, op_overrides)
