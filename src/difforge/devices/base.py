@@ -9,6 +9,7 @@ one backend file; the rest of the code only talks to this protocol.
 from __future__ import annotations
 
 import os
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -42,7 +43,7 @@ class EnvPreset:
 
 
 @dataclass
-class Backend:
+class Backend(ABC):
     """Base backend: the device-agnostic behaviour, built on ``torch.accelerator`` where possible."""
 
     index: int | None = None
@@ -56,8 +57,9 @@ class Backend:
 
     # ---- presence -------------------------------------------------------------------------
     @classmethod
+    @abstractmethod
     def is_available(cls) -> bool:
-        raise NotImplementedError  # pragma: no cover - every backend overrides this
+        """Whether this kind of device is usable in this process (each backend answers for itself)."""
 
     @classmethod
     def device_count(cls) -> int:
