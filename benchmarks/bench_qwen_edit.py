@@ -224,6 +224,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from difforge.models.qwen_edit.attention import install_processor, install_real_rope
     from difforge.models.qwen_edit.components import count_forward_flops
     from difforge.models.qwen_edit.fp8 import module_weight_bytes
+    from difforge.models.qwen_edit.loop import SpeedOptions
+    from difforge.models.qwen_edit.speed import install_compile
+    from difforge.runtime.record import RunRecord
 
     size = SIZES[args.size]
     backend = get_backend(args.device)
@@ -262,13 +265,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     times, peak = time_loop(model, p, backend, True, args.warmup, args.steps)
     results.append(result("difforge default", times, peak, 1, f"batched CFG (batch 2), real RoPE,{store} eager"))
     if args.compile:
-        model.compile_repeated_blocks(dynamic=False)
+        # The same compile policy as `difforge edit --compile` (Inductor; torchair on NPU; eager if none).
+        compile_record = RunRecord(kind="bench")
+        install_compile(model, SpeedOptions(compile=True), backend, compile_record)
         t0 = time.perf_counter()
         time_loop(model, p, backend, True, 2, 0)  # the first step compiles (2: one step gives NaN sigmas)
         compile_s = time.perf_counter() - t0
         times, peak = time_loop(model, p, backend, True, args.warmup, args.steps)
         results.append(result("difforge default + compile", times, peak, 1,
-                              f"compile_repeated_blocks (first step {compile_s:.1f} s){store}"))
+                              f"{compile_record.adaptations[-1].choice} (first step {compile_s:.1f} s){store}"))
 
     base = results[0].ms_per_step
     payload: dict[str, Any] = {
