@@ -15,10 +15,20 @@ from difforge.report import write_report
 from .test_render import _result
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _chromium_works() -> bool:
+    """An installed browser that cannot even print its version is a broken machine, not a report bug."""
+    if CHROMIUM is None:
+        return False
+    try:
+        return subprocess.run([CHROMIUM, "--version"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "screenshot_report.sh"
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
+@pytest.mark.skipif(not _chromium_works(), reason="chromium is not installed (or does not start)")
 def test_report_html_renders_in_headless_chromium(tmp_path: Path) -> None:
     result, files = _result(tmp_path)
     html = write_report(result, tmp_path, files=files)["html"]
