@@ -15,7 +15,7 @@ combine and the scheduler's Euler step - with the first ``--warmup`` steps untim
 ``--fp8`` times the difforge variants with every block Linear stored as float8_e4m3fn
 (``Fp8Linear``, dequantised per forward); the reference stays bf16.  FLOPs are model FLOPs (two
 unpadded batch-1 forwards) counted by FlopCounterMode on a meta-device copy; MFU uses
-``benchmarks.common.KNOWN_PEAKS_TFLOPS``.  Nothing here asserts a speed.
+the sourced peak table of ``difforge.validate.bench``.  Nothing here asserts a speed.
 
     python benchmarks/bench_qwen_edit.py --tiny
     python benchmarks/bench_qwen_edit.py --medium --json medium.json
@@ -247,7 +247,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     weights = {f"{dtype_name(dtype)}_on_device": module_weight_bytes(model)}
 
     def result(name: str, times: list[float], peak: int | None, forwards: int, notes: str) -> BenchResult:
-        return make_result(name, times, device, forwards, tokens, flops, peak_memory_bytes=peak, notes=notes)
+        return make_result(name, times, device, forwards, tokens, flops, dtype=dtype, peak_memory_bytes=peak,
+                           notes=notes)
 
     results: list[BenchResult] = []
     times, peak = time_loop(model, p, backend, False, args.warmup, args.steps)

@@ -206,7 +206,7 @@ def run_variant(
     sliced = "lm-head-slice" not in variant.disable
     flops = forward_flops(pipe.transformer.config, latent, rows, sliced) * info["forwards_per_step"]
     result = make_result(
-        variant.name, per_step, dev, forwards=1, tokens=rows * info["sequence_length"], flops=flops,
+        variant.name, per_step, dev, forwards=1, tokens=rows * info["sequence_length"], flops=flops, dtype=pipe.dtype,
         peak_memory_bytes=pipe.backend.peak_memory_bytes(),
         notes="exact" if variant.exact else "approximate (opt-in)",
         extra={

@@ -15,14 +15,6 @@ from typing import Any
 
 import torch
 
-#: Dense bf16/fp16 matmul peaks (TFLOP/s) used for MFU; sources in benchmarks/RESULTS.md.
-KNOWN_PEAKS_TFLOPS = {
-    "H200": 989.0,  # NVIDIA spec sheet, dense bf16 (measured ceiling in issue 5: 806)
-    "H100": 989.0,
-    "A100": 312.0,
-    "910B": 313.0,  # Ascend 910B fp16 (public figures range 280-320)
-}
-
 
 @dataclass
 class BenchResult:
@@ -67,23 +59,31 @@ def count_flops(fn: Callable[[], Any]) -> int:
     return int(counter.get_total_flops())
 
 
-def peak_tflops(device: torch.device) -> float | None:
+def peak_tflops(device: torch.device, dtype: torch.dtype) -> float | None:
+    """Dense peak for this device and compute dtype, from the same sourced table `difforge validate` uses."""
     if device.type == "cpu":
         return None
+    from difforge.validate.bench import find_peak
+
     mod = getattr(torch, device.type, None)
     name = mod.get_device_name(device) if mod is not None and hasattr(mod, "get_device_name") else ""
-    for key, value in KNOWN_PEAKS_TFLOPS.items():
-        if key in name:
-            return value
-    return None
+    found = find_peak(name, dtype)
+    return found[1] if found else None
 
 
 def make_result(
-    name: str, times_ms: list[float], device: torch.device, forwards: int, tokens: int, flops: float | None, **kw: Any
+    name: str,
+    times_ms: list[float],
+    device: torch.device,
+    forwards: int,
+    tokens: int,
+    flops: float | None,
+    dtype: torch.dtype = torch.bfloat16,
+    **kw: Any,
 ) -> BenchResult:
     med = statistics.median(times_ms)
     tflops = flops / (med / 1000.0) / 1e12 if flops else None
-    peak = peak_tflops(device)
+    peak = peak_tflops(device, dtype)
     return BenchResult(
         name=name,
         ms_per_step=med,
