@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -63,3 +64,14 @@ def test_uint8_truncates_toward_zero_and_clamps() -> None:
     out = to_uint8(x)
     assert out.shape == (1, 1, 6, 3) and out.dtype == torch.uint8
     assert out[0, 0, :, 0].tolist() == [0, 0, 127, 254, 255, 255]  # 127.5 -> 127, 254.87 -> 254
+
+
+@pytest.mark.parametrize("bad", [{"block_out_channels": ["wide", 64]}, {"block_out_channels": 128}])
+def test_malformed_vae_config_is_one_checkpoint_error(bad: dict) -> None:
+    from difforge.errors import CheckpointError
+    from difforge.models.ursa.config import VQConfig
+    from difforge.models.ursa.vae_fsq import FSQConfig
+
+    for cls in (VQConfig, FSQConfig):
+        with pytest.raises(CheckpointError, match="vae/config.json is malformed"):
+            cls.from_dict({"num_vq_embeddings": 64, **bad})

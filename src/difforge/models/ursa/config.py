@@ -9,9 +9,11 @@ build a different network from the one the reference runs.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ...errors import CheckpointError
+
+T = TypeVar("T")
 
 #: Keys the reference transformer class declares (everything else in config.json is dropped).
 TRANSFORMER_KEYS = (
@@ -72,6 +74,21 @@ class URSATransformerConfig:
         return data
 
 
+def vae_config_from_dict(cls: type[T], data: dict[str, Any], exclude: frozenset[str] = frozenset()) -> T:
+    """Build a VAE config from the keys its class declares (like the reference, which drops the rest).
+
+    ``block_out_channels`` becomes a tuple; a wrongly typed key becomes one CheckpointError sentence.
+    """
+    names = set(cls.__dataclass_fields__) - exclude  # type: ignore[attr-defined]
+    kwargs = {k: v for k, v in data.items() if k in names}
+    try:
+        if "block_out_channels" in kwargs:
+            kwargs["block_out_channels"] = tuple(int(c) for c in kwargs["block_out_channels"])
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"vae/config.json is malformed ({exc}).") from None
+
+
 @dataclass(frozen=True)
 class VQConfig:
     """``AutoencoderVQ`` (IBQ, 2-D) config.  Keys starting with ``_`` are ignored, like the reference."""
@@ -93,14 +110,7 @@ class VQConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> VQConfig:
-        names = cls.__dataclass_fields__
-        kwargs = {k: v for k, v in data.items() if k in names}
-        if "block_out_channels" in kwargs:
-            kwargs["block_out_channels"] = tuple(int(c) for c in kwargs["block_out_channels"])
-        try:
-            cfg = cls(**kwargs)
-        except TypeError as exc:
-            raise CheckpointError(f"vae/config.json is malformed ({exc}).") from None
+        cfg = vae_config_from_dict(cls, data)
         if any(c % 32 for c in cfg.block_out_channels):
             raise CheckpointError("vae/config.json: every block_out_channels entry must be a multiple of 32.")
         if cfg.decoder_dtype not in (None, "float32", "float16", "bfloat16"):

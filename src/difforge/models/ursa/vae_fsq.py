@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...errors import CheckpointError
+from .config import vae_config_from_dict
 
 #: The quantiser levels of every published FSQ checkpoint.  The reference constructs its quantiser
 #: without arguments, so these apply whatever the config says (it has no key for them).
@@ -60,14 +61,7 @@ class FSQConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FSQConfig:
         """Read the declared keys and check that the decoder they build produces the stated strides."""
-        names = set(cls.__dataclass_fields__) - {"levels", "decoder_dtype"}
-        kwargs = {k: v for k, v in data.items() if k in names}
-        if "block_out_channels" in kwargs:
-            kwargs["block_out_channels"] = tuple(int(c) for c in kwargs["block_out_channels"])
-        try:
-            cfg = cls(**kwargs)
-        except TypeError as exc:
-            raise CheckpointError(f"vae/config.json is malformed ({exc}).") from None
+        cfg = vae_config_from_dict(cls, data, exclude=frozenset({"levels", "decoder_dtype"}))
         cfg.validate()
         return cfg
 
