@@ -233,7 +233,11 @@ def test_doctor_json() -> None:
     r = _invoke(["doctor", "--json"])
     assert r.exit_code == 0, r.stderr
     info = json.loads(r.stdout)
-    assert "torch" in json.dumps(info)
+    assert info["packages"]["torch"] == torch.__version__
+    assert [b["name"] for b in info["backends"]] == ["npu", "cuda", "xpu", "mps", "cpu"]  # the auto order
+    cpu = info["backends"][-1]
+    assert cpu["available"] and cpu["count"] == 1
+    assert info["auto"]["backend"] == ("cuda" if torch.cuda.is_available() else "cpu")
 
 
 # ---- nothing in a model folder is ever executed ----------------------------------------------------
