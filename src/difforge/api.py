@@ -9,12 +9,14 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
+import re
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, ImageOps, UnidentifiedImageError
 
 from .config import OFFLOAD_PLANS, RunConfig
 from .devices import Backend, dtype_name, get_backend
@@ -23,7 +25,6 @@ from .errors import (
     DifforgeError,
     InputError,
     OutputError,
-    StepsError,
     is_out_of_memory,
     out_of_memory_message,
 )
@@ -34,6 +35,11 @@ from .runtime.record import RunRecord
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff")
 VIDEO_SUFFIXES = (".gif", ".webp", ".mp4")
+#: Largest input image difforge decodes (100 megapixels, about 300 MB as RGB).  The edit models resize
+#: every reference to about 1 megapixel anyway, so a bigger file is a mistake or a decompression bomb;
+#: PIL alone would print a two-line warning up to 179 MP and fail beyond with an error we could only
+#: report as "not an image".
+MAX_INPUT_PIXELS = 100_000_000
 
 
 @dataclass
@@ -102,7 +108,13 @@ def load_pipeline(
 
 
 def load_images(paths: Sequence[str | Path]) -> list[Image.Image]:
-    """Decode input images to RGB, mapping every failure to one InputError sentence."""
+    """Decode input images to upright RGB, mapping every failure to one InputError sentence.
+
+    Upright: a camera's EXIF orientation tag is applied (``ImageOps.exif_transpose``), so the model
+    edits the picture the user sees in a viewer, not the sensor's sideways pixels.  Images above
+    :data:`MAX_INPUT_PIXELS` are refused from their header, before any pixel is decoded, and PIL's
+    DecompressionBombWarning is silenced because that limit is checked here.
+    """
     images = []
     for p in paths:
         path = Path(p)
@@ -111,12 +123,33 @@ def load_images(paths: Sequence[str | Path]) -> list[Image.Image]:
         if not path.is_file():
             raise InputError(f"Input image {path} does not exist.")
         try:
-            with Image.open(path) as img:
-                img.load()
-                images.append(img.convert("RGB"))
-        except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+                with Image.open(path) as img:
+                    if img.width * img.height > _pixel_limit():
+                        raise InputError(_too_large(path, img.width * img.height, f" ({img.width}x{img.height})"))
+                    img.load()
+                    images.append(ImageOps.exif_transpose(img).convert("RGB"))
+        except Image.DecompressionBombError as exc:  # PIL's own, stricter limit fired inside open()
+            found = re.search(r"\((\d+) pixels\)", str(exc))
+            raise InputError(_too_large(path, int(found.group(1)) if found else None)) from None
+        except (UnidentifiedImageError, OSError, ValueError):
             raise InputError(f"{path} is not an image difforge can decode (PNG, JPEG, WebP, ...).") from None
     return images
+
+
+def _pixel_limit() -> int:
+    """MAX_INPUT_PIXELS, or PIL's error limit (twice ``Image.MAX_IMAGE_PIXELS``) if a caller set that lower."""
+    pil = Image.MAX_IMAGE_PIXELS
+    return MAX_INPUT_PIXELS if pil is None else min(MAX_INPUT_PIXELS, 2 * int(pil))
+
+
+def _too_large(path: Path, pixels: int | None, dims: str = "") -> str:
+    size = f"{pixels:,} pixels{dims}" if pixels is not None else "too many pixels"
+    return (
+        f"Input image {path} is too large: {size}, more than the {_pixel_limit():,} difforge decodes;"
+        " downscale it first (the edit models resize references to about 1 megapixel anyway)."
+    )
 
 
 def run_pipeline(
@@ -214,7 +247,34 @@ def check_output_path(path: str | Path, what: str, suffixes: tuple[str, ...] | N
     return path
 
 
+def _same_file(a: str | Path, b: str | Path) -> bool:
+    """Whether two paths name one file: equal after resolving ``.``/``..`` and symlinks, or hard links."""
+    a, b = Path(a), Path(b)
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
 def _check_outputs(cfg: RunConfig) -> None:
+    """Refuse, before any work, outputs that cannot be written or would overwrite an input or each other.
+
+    ``--record`` on ``--output`` would replace the image with JSON; an output on an input image would
+    destroy the user's original.
+    """
+    for flag, target in (("--output", cfg.output), ("--record", cfg.record)):
+        for image in cfg.images if target else ():
+            if _same_file(target, image):
+                raise OutputError(
+                    f"{flag} {target} is the input image {image}; write to another file so the input is kept."
+                )
+    if cfg.output and cfg.record and _same_file(cfg.output, cfg.record):
+        raise OutputError(
+            f"--record {cfg.record} is the same file as --output {cfg.output}; the record would replace the"
+            " image, so give it its own name (e.g. run.json)."
+        )
     if cfg.output:
         suffixes = IMAGE_SUFFIXES + (VIDEO_SUFFIXES if cfg.num_frames > 1 else ())
         check_output_path(cfg.output, "output", tuple(dict.fromkeys(suffixes)))
@@ -272,12 +332,10 @@ def _config(**fields: Any) -> RunConfig:
     unknown = sorted(set(fields) - known)
     if unknown:
         raise InputError(f"Unknown option(s): {', '.join(unknown)}.")
-    cfg = RunConfig(**fields)
+    cfg = RunConfig(**fields)  # RunConfig.validate(): steps, seed, guidance, prompts
     if cfg.transformer_file and not Path(cfg.transformer_file).is_file():
         kind = "is a folder" if Path(cfg.transformer_file).is_dir() else "does not exist"
         raise InputError(f"--transformer {cfg.transformer_file} {kind}; give a .safetensors file.")
-    if cfg.steps is not None and cfg.steps < 2:
-        raise StepsError(f"--steps must be at least 2 (got {cfg.steps}); one step leaves pure noise.")
     if cfg.offload not in OFFLOAD_PLANS:
         raise InputError(f"Unknown --offload plan '{cfg.offload}'; use one of {', '.join(OFFLOAD_PLANS)}.")
     return cfg

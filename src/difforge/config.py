@@ -4,10 +4,41 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import asdict, dataclass, field
+from numbers import Integral, Real
 from typing import Any
 
+from .errors import InputError, StepsError
+
 OFFLOAD_PLANS = ("none", "before-decode", "model", "sequential")
+#: Largest seed.  Seeds go into int64 generators (torch, numpy, device RNGs) and the RunRecord; torch
+#: would silently fold a negative seed or one of 2**63 .. 2**64 - 1 onto another seed's stream, and
+#: crash above that, so only 0 .. 2**63 - 1 is accepted.
+MAX_SEED = 2**63 - 1
+#: Largest --guidance / --true-cfg.  Published recipes use 4 (Qwen-Image-Edit) to 7 (URSA); scales far
+#: beyond that overflow the guided logits into inf/NaN (1e300 crashes the sampler), so cap them here.
+MAX_GUIDANCE = 100.0
+
+
+def check_text(value: Any, what: str) -> Any:
+    """Raise InputError unless ``value`` is text that can be encoded as UTF-8 (or a list of such texts).
+
+    The tokenizers need UTF-8: bytes, or a str holding lone surrogates (what Python makes of a
+    non-UTF-8 command line), would otherwise crash deep inside them as an "unexpected TypeError".
+    """
+    for text in value if isinstance(value, list | tuple) else [value]:
+        if not isinstance(text, str):
+            hint = "; decode it first, e.g. data.decode('utf-8')" if isinstance(text, bytes | bytearray) else ""
+            raise InputError(f"{what} must be text (str), got {type(text).__name__}{hint}.")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InputError(
+                f"{what} is not valid UTF-8 text (character {exc.start + 1} is an undecodable byte); check the"
+                " encoding of your terminal or prompt file."
+            ) from None
+    return value
 
 
 @dataclass
@@ -42,6 +73,36 @@ class RunConfig:
     record: str | None = None
     quiet: bool = False
 
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise a named InputError for a numeric option or prompt no run could use.
+
+        The one place for these rules: every RunConfig (API, CLI, validate, the diffusers-style
+        pipeline calls, ``dataclasses.replace``) passes through here, so a NaN guidance cannot
+        silently switch guidance off and a huge seed cannot crash a generator halfway through a run.
+        """
+        if self.steps is not None and (not isinstance(self.steps, Integral) or isinstance(self.steps, bool)):
+            raise StepsError(f"--steps must be a whole number, got {self.steps!r}.")
+        if self.steps is not None and self.steps < 2:
+            raise StepsError(f"--steps must be at least 2 (got {self.steps}); one step leaves pure noise.")
+        if not isinstance(self.seed, Integral) or isinstance(self.seed, bool) or not 0 <= self.seed <= MAX_SEED:
+            raise InputError(f"--seed must be a whole number from 0 to {MAX_SEED} (2**63 - 1), got {self.seed!r}.")
+        for flag, value in (("--guidance", self.guidance), ("--true-cfg", self.true_cfg)):
+            if not _real(value) or not 0 <= value <= MAX_GUIDANCE:
+                raise InputError(
+                    f"{flag} must be a number from 0 to {MAX_GUIDANCE:g} (1 or less switches guidance off), got {value!r}."
+                )
+        if not _real(self.guidance_trunc) or not 0 <= self.guidance_trunc <= 1:
+            raise InputError(
+                f"--guidance-trunc must be a number from 0 to 1 (the time after which guidance stops), "
+                f"got {self.guidance_trunc!r}."
+            )
+        check_text(self.prompt, "The prompt")
+        if self.negative_prompt is not None:
+            check_text(self.negative_prompt, "The negative prompt")
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -49,3 +110,8 @@ class RunConfig:
         """Hash of every field that changes the pixels (not output paths or verbosity)."""
         data = {k: v for k, v in self.to_dict().items() if k not in ("output", "record", "quiet")}
         return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _real(value: Any) -> bool:
+    """A finite real number (NaN and inf compare false to every bound, so they must be caught first)."""
+    return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)

@@ -67,7 +67,15 @@ def out_of_memory_message(device: str, current_plan: str, family: str | None = N
 
     URSA's plans only differ in where the transformer and VAE wait (``model`` and ``sequential`` are
     the same there) and it has no VAE tiling; Qwen-Image-Edit has the full ladder plus ``--vae-tiling``.
+    On the CPU every offload plan only moves weights from host memory to host memory, so none can
+    help: the hint is a smaller image or dtype instead.
     """
+    if device.split(":")[0] == "cpu":
+        tiling = "" if family == "ursa" else ", use --vae-tiling"
+        return (
+            f"{device} ran out of memory; offloading cannot help on the CPU (the weights already live in host"
+            f" memory): reduce --height/--width{tiling} or use --dtype bfloat16."
+        )
     if family == "ursa":
         ladder = ["none", "before-decode", "model"]
         tail = "reduce --height/--width or use a smaller --dtype"

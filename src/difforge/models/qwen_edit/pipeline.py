@@ -33,7 +33,7 @@ from ..registry import QWEN_EDIT_PLUS
 from .loader import choose_attention, load_pipeline, place
 from .loop import Denoiser, Prepared, SpeedOptions, denoise, schedule
 from .overrides import install_overrides
-from .references import References, check_images, fit_area, prepare_references
+from .references import References, check_fit, check_images, fit_area, prepare_references
 from .settings import EditSettings
 
 DEFAULT_STEPS = 50
@@ -215,7 +215,16 @@ class QwenEditPipeline:
         return steps
 
     def _size(self, cfg: RunConfig, images: list[PIL.Image.Image]) -> tuple[int, int]:
-        """(height, width): the user's, or the last reference's aspect ratio at the output area."""
+        """(height, width): the user's, or the last reference's aspect ratio at the output area.
+
+        Every reference must also fit the areas it will be resized to (a side rounding to 0 is a
+        clear InputError about the image here, not a size error about flags never given).
+        """
+        check_fit(images, self.settings.reference_area, "reference size")
+        if self.plus:
+            check_fit(images, self.settings.condition_area, "vision-encoder size")
+        if cfg.height is None or cfg.width is None:
+            check_fit(images[-1:], self.settings.output_area, "default output size")
         default_w, default_h = fit_area(self.settings.output_area, images[-1].width / images[-1].height)
         height = default_h if cfg.height is None else int(cfg.height)
         width = default_w if cfg.width is None else int(cfg.width)
@@ -447,12 +456,11 @@ class QwenEditPipeline:
 
 
 def _open_images(cfg: RunConfig, plus: bool) -> list[PIL.Image.Image]:
-    """The reference images named in ``cfg.images`` (forward_step without a preceding run)."""
-    images: list[PIL.Image.Image] = []
-    for path in cfg.images:
-        try:
-            with PIL.Image.open(path) as img:
-                images.append(img.convert("RGB"))
-        except (OSError, ValueError) as exc:
-            raise InputError(f"Cannot read reference image {path} ({exc.__class__.__name__}).") from None
-    return check_images(images, plus)
+    """The reference images named in ``cfg.images`` (forward_step without a preceding run).
+
+    Decoded by :func:`difforge.api.load_images`, the one place for the input-image rules (EXIF
+    orientation, pixel limit), so validation sees the same pixels as ``difforge edit``.
+    """
+    from ...api import load_images
+
+    return check_images(load_images(cfg.images), plus)

@@ -45,6 +45,25 @@ def check_images(images: list[PIL.Image.Image] | None, plus: bool) -> list[PIL.I
     return [image if image.mode == "RGB" else image.convert("RGB") for image in images]
 
 
+def check_fit(images: list[PIL.Image.Image], area: int, purpose: str) -> None:
+    """Raise InputError for a reference so elongated that :func:`fit_area` would round a side to 0.
+
+    Without this an 8x2000 picture surfaces as "--height/--width ... got 1504x0" for flags the user
+    never gave, or as a bare ValueError from the resize.  A side stays >= 32 pixels while the ratio
+    of the long side to the short one is below about ``area / 256``.
+    """
+    for n, image in enumerate(images, 1):
+        width, height = fit_area(area, image.width / image.height)
+        if width == 0 or height == 0:
+            long, short = max(image.width, image.height), min(image.width, image.height)
+            which = f"Reference image {n}" if len(images) > 1 else "The reference image"
+            raise InputError(
+                f"{which} is {image.width}x{image.height} pixels, an aspect ratio of about 1:{round(long / short)} that"
+                f" this model cannot fit into its {purpose} of about {area:,} pixels; crop or pad it to under"
+                f" 1:{area // 256}."
+            )
+
+
 def prepare_references(
     image_processor, images: list[PIL.Image.Image], plus: bool, reference_area: int, condition_area: int
 ) -> References:

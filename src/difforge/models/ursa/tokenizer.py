@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
+from ...config import check_text
 from ...errors import CheckpointError
 from ..checkpoint import read_json
 
@@ -51,7 +52,13 @@ class PromptTokenizer:
         return self.tokenizer.get_vocab_size(with_added_tokens=True)
 
     def encode(self, texts: list[str]) -> torch.Tensor:
-        """``[len(texts), max_length]`` int64, truncated to the first ``max_length`` ids, left-padded."""
+        """``[len(texts), max_length]`` int64, truncated to the first ``max_length`` ids, left-padded.
+
+        Texts are checked first (str, valid UTF-8): the diffusers-style ``pipe(prompt=...)`` reaches
+        here without a RunConfig, and ``tokenizers`` reports bytes or lone surrogates only as a bare
+        TypeError.
+        """
+        check_text(list(texts), "The prompt")
         rows = torch.full((len(texts), self.max_length), self.pad_id, dtype=torch.int64)
         for i, enc in enumerate(self.tokenizer.encode_batch(list(texts), add_special_tokens=False)):
             ids = enc.ids[: self.max_length]
