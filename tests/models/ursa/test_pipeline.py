@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -17,19 +16,20 @@ from difforge.models.ursa.pipeline import step_seed
 from difforge.runtime.record import RunRecord
 
 from .conftest import load
+from .parity import assert_bf16_close, assert_frames_close, reference
 
-# Reference pins: produced on 2026-11 by diffnext's URSAPipeline (baaivision/URSA @ 29284bb0c145,
-# torch 2.13.0+cpu, transformers 4.57.1, diffusers 0.35.2, only the spec's 3-line CPU SwiGLU
-# workaround) on this tiny-ursa build (TINY_VERSION v1; model_index.json rewritten to module form
-# for diffusers), CPU float32 unless noted, generator = torch.Generator().manual_seed(seed).
-# difforge matched every case bit for bit (tokens and uint8 frames), with optimisations on and off.
+# Reference cases: run by diffnext's URSAPipeline (baaivision/URSA; see scripts/ursa_reference_arrays.py for
+# the commit, versions and the spec's 3-line CPU SwiGLU workaround) on this tiny-ursa build (TINY_VERSION v1),
+# CPU float32 unless noted, generator = torch.Generator().manual_seed(seed).  Token ids are discrete and pinned
+# exactly, here and in tests/models/ursa/data/reference_frames.npz; the reference's uint8 frames are stored there
+# and compared within the tolerance of tests/models/ursa/parity.py, because their last bits follow the CPU's
+# kernels.  Bit-for-bit identity with the reference is checked in one process by test_reference_live.py.
 REF_CASES = {
     "cfg25": dict(
         cfg=dict(prompt="a red cat", height=128, width=128, steps=25, guidance=7, guidance_trunc=0.9, seed=3),
         tokens=[46, 2, 52, 2, 33, 32, 2, 46, 2, 46, 2, 2, 2, 4, 46, 23, 32, 46, 33, 33, 23, 23, 3, 2, 45, 2, 55, 46,
                 32, 2, 46, 7, 32, 2, 32, 54, 36, 2, 46, 62, 13, 32, 62, 13, 36, 55, 45, 52, 6, 33, 55, 23, 23, 7, 7,
                 23, 54, 45, 52, 54, 7, 13, 13, 32],
-        frames="63aedd817f6a64a77d3b4edcf477d3e9b7f5b4ab2299c59b33731867689c2d1b",
     ),
     "batch_negative": dict(
         cfg=dict(prompt=["a red cat", "the blue dog on a hat"], negative_prompt=["blurry", "ugly"], height=64,
@@ -37,29 +37,24 @@ REF_CASES = {
         tokens=[46, 2, 55, 49, 2, 3, 2, 23, 54, 54, 32, 2, 2, 45, 23, 2, 45, 7, 45, 23, 2, 2, 23, 23, 2, 32, 59, 2,
                 2, 59, 23, 3, 46, 23, 45, 2, 2, 2, 33, 2, 46, 32, 54, 33, 36, 2, 36, 62, 6, 23, 2, 27, 33, 2, 25, 36,
                 27, 36, 13, 23, 33, 46, 36, 45],
-        frames="75da9ebb0ed1e76755745171c61ccffae34750562b1ca88f96a942668da8493c",
     ),
     "no_cfg": dict(
         cfg=dict(prompt="the sun", height=64, width=64, steps=3, guidance=1, guidance_trunc=0.9, seed=0),
         tokens=[46, 49, 45, 2, 2, 2, 45, 33, 27, 46, 36, 33, 6, 2, 36, 23],
-        frames="a1156068598ecdb1f50716f67f6e299bfdf51d8c71fe6835a2346f0585893dfd",
     ),
     "trunc_crossing": dict(
         cfg=dict(prompt="a dog", negative_prompt="a cat", height=64, width=64, steps=25, guidance=7,
                  guidance_trunc=0.5, seed=7),
         tokens=[37, 46, 2, 6, 2, 2, 3, 35, 2, 59, 21, 2, 52, 46, 36, 21],
-        frames="8f7c2a4555aa0c5b00c64ccdf178cfd1dbec6b5e02e964fa640efac1f506de16",
     ),
 }
 REF_MIXTURE = dict(  # same checkpoint with scheduler alpha/c = null
     cfg=dict(prompt="a red cat", height=64, width=64, steps=6, guidance=7, guidance_trunc=0.9, seed=5),
     tokens=[46, 2, 13, 52, 36, 2, 46, 46, 2, 23, 7, 27, 36, 27, 2, 36],
-    frames="7514a5bbd1ce5f76c0efb4d8d405da6ac3555d0908add916b8245ef798cdc956",
 )
-REF_BF16 = dict(  # bfloat16 pipeline
+REF_BF16 = dict(  # bfloat16 pipeline: its token ids follow the CPU's bf16 kernels, so they are pinned only in
+    # the same-process test against the reference (test_reference_live.py), not here
     cfg=dict(prompt="a red cat", height=64, width=64, steps=4, guidance=7, guidance_trunc=0.9, seed=2),
-    tokens=[46, 2, 2, 3, 23, 27, 7, 7, 33, 2, 36, 2, 33, 33, 23, 46],
-    frames="0e585a234904da83780fd96ec7ef3d1b9ddf3c25d847b5bf5aa35f54b9108a05",
 )
 # transformer logits of the reference on ids [txt("a red cat") | bov | codes], codes from
 # torch.randint(0, 64, (2, 32), generator=manual_seed(123)) on a (1, 4, 8) grid; row 0, position -5, first 6 codes
@@ -76,8 +71,14 @@ def run(pipe: URSAPipeline, **kw) -> tuple[torch.Tensor, np.ndarray, RunRecord]:
     return pipe.last_tokens, pipe.last_frames, record
 
 
-def sha(frames: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(frames).tobytes()).hexdigest()
+def ref_frames(name: str) -> np.ndarray:
+    return reference("reference_frames")[name]
+
+
+def test_stored_reference_tokens_equal_the_pins() -> None:
+    """The stored arrays and the pins in this file come from the same reference runs."""
+    for name, case in {**REF_CASES, "mixture": REF_MIXTURE}.items():
+        assert reference("reference_frames")[f"tokens_{name}"].flatten().tolist() == case["tokens"], name
 
 
 @pytest.mark.parametrize("name", sorted(REF_CASES))
@@ -85,7 +86,7 @@ def test_matches_reference_pins(tiny_pipe: URSAPipeline, name: str) -> None:
     case = REF_CASES[name]
     tokens, frames, _ = run(tiny_pipe, **case["cfg"])
     assert tokens.flatten().tolist() == case["tokens"]
-    assert sha(frames[:, 0]) == case["frames"]
+    assert_frames_close(frames[:, 0], ref_frames(name))
 
 
 def test_exact_optimisations_off_give_identical_output(tiny_pipe: URSAPipeline) -> None:
@@ -100,25 +101,44 @@ def test_exact_optimisations_off_give_identical_output(tiny_pipe: URSAPipeline) 
 def test_mixture_path_matches_reference(mixture_folder: Path) -> None:
     pipe, _ = load(mixture_folder)
     tokens, frames, record = run(pipe, **REF_MIXTURE["cfg"])
-    assert tokens.flatten().tolist() == REF_MIXTURE["tokens"] and sha(frames[:, 0]) == REF_MIXTURE["frames"]
+    assert tokens.flatten().tolist() == REF_MIXTURE["tokens"]
+    assert_frames_close(frames[:, 0], ref_frames("mixture"))
     assert record.extra["ursa"]["forwards"] == 6  # no first-forward reuse off the metric path
 
 
-def test_bfloat16_matches_reference(tiny_ursa: Path) -> None:
+def test_bfloat16_stays_within_bf16_noise_of_float32(tiny_ursa: Path, tiny_pipe: URSAPipeline) -> None:
+    """bf16 on any CPU: transformer logits and the VAE decode within the bf16 bounds of the fp32 result.
+
+    The bf16 sampler's token ids are not portable (another CPU's bf16 kernels round elsewhere and the
+    draws then pick other codes), so this checks the two float stages on fixed inputs instead.
+    """
     pipe, _ = load(tiny_ursa, torch.bfloat16)
     tokens, frames, _ = run(pipe, **REF_BF16["cfg"])
-    assert tokens.flatten().tolist() == REF_BF16["tokens"] and sha(frames[:, 0]) == REF_BF16["frames"]
+    assert tokens.shape == (1, 1, 4, 4) and int(tokens.min()) >= 0 and int(tokens.max()) < 64
+    assert frames.shape == (1, 1, 64, 64, 3) and frames.dtype == np.uint8
+    ids, pos = _logits_inputs(tiny_pipe)
+    with torch.no_grad():
+        want = tiny_pipe.transformer(ids, pos).float()
+        got = pipe.transformer(ids, pos).float()
+    assert_bf16_close(got, want.numpy())
+    ref_tokens = torch.from_numpy(reference("reference_frames")["tokens_bf16"])
+    got_px, want_px = pipe.decode_tokens(ref_tokens), tiny_pipe.decode_tokens(ref_tokens)
+    assert_bf16_close(got_px.astype(np.float32), want_px.astype(np.float32))
+
+
+def _logits_inputs(pipe: URSAPipeline) -> tuple[torch.Tensor, torch.Tensor]:
+    from difforge.models.ursa.rope import positions
+
+    txt = pipe.tokenizer.encode(["a red cat", "blurry"])
+    codes = torch.randint(0, 64, (2, 32), generator=torch.Generator().manual_seed(123))
+    tcfg = pipe.transformer.config
+    ids = torch.cat([txt, torch.nn.functional.pad(codes + tcfg.lm_vocab_size, (1, 0), value=tcfg.bov_token_id)], 1)
+    return ids, positions((1, 4, 8), 320)
 
 
 def test_transformer_logits_match_reference(tiny_pipe: URSAPipeline) -> None:
-    from difforge.models.ursa.rope import positions
-
-    txt = tiny_pipe.tokenizer.encode(["a red cat", "blurry"])
-    codes = torch.randint(0, 64, (2, 32), generator=torch.Generator().manual_seed(123))
-    tcfg = tiny_pipe.transformer.config
-    ids = torch.cat([txt, torch.nn.functional.pad(codes + tcfg.lm_vocab_size, (1, 0), value=tcfg.bov_token_id)], 1)
     with torch.no_grad():
-        logits = tiny_pipe.transformer(ids, positions((1, 4, 8), 320))
+        logits = tiny_pipe.transformer(*_logits_inputs(tiny_pipe))
     torch.testing.assert_close(logits[0, -5, :6], torch.tensor(REF_LOGITS_ROW), rtol=0, atol=1e-5)
 
 
@@ -257,11 +277,11 @@ def test_reference_style_call_matches_reference_pins(tiny_ursa: Path) -> None:
                   guidance_trunc=case["guidance_trunc"])
     out = pipe(**kwargs, generator=torch.Generator().manual_seed(case["seed"]), output_type="np")
     assert out.frames.dtype == np.uint8 and out.frames.shape == (2, 64, 128, 3)
-    assert sha(out.frames) == REF_CASES["batch_negative"]["frames"]
+    assert_frames_close(out.frames, ref_frames("batch_negative"))
     ids = pipe(**kwargs, generator=torch.Generator().manual_seed(case["seed"]), output_type="latent").frames
     assert ids.shape == (2, 1, 4, 8) and ids.flatten().tolist() == REF_CASES["batch_negative"]["tokens"]
     pil = pipe("the sun", height=64, width=64, num_inference_steps=3, guidance_scale=1,
                generator=torch.Generator().manual_seed(0)).frames
-    assert sha(np.stack([np.asarray(p) for p in pil])) == REF_CASES["no_cfg"]["frames"]
+    assert_frames_close(np.stack([np.asarray(p) for p in pil]), ref_frames("no_cfg"))
     with pytest.raises(InputError, match="output_type"):
         pipe(prompt="x", output_type="pt")

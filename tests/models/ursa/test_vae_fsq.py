@@ -1,9 +1,11 @@
 """FSQ video VAE (``AutoencoderVQCosmos3D``): dequantise, Haar, causality, tiling, layout, reference pins.
 
-The pinned numbers come from the reference ``diffnext`` (baaivision/URSA @ 29284bb0c145, torch 2.13.0+cpu):
-its ``AutoencoderVQCosmos3D`` was built with the configs below, given the weights that :func:`model` writes
-(same generator, same parameter order), saved as safetensors and loaded here with ``strict=True``.  Every
-decode below matched it bit for bit (max abs diff 0.0, float32 and bfloat16; encoder ids identical).
+The reference decodes come from ``diffnext`` (baaivision/URSA; scripts/ursa_reference_arrays.py): its
+``AutoencoderVQCosmos3D`` was built with the configs below, given the weights that :func:`model` writes (same
+generator, same parameter order) through safetensors with ``strict=True``.  They are stored in
+data/reference_fsq_decode.npz and compared within the float32 / bfloat16 bounds of parity.py; encoder ids are
+discrete and pinned exactly.  In one process on one machine the decodes are bit-identical to the reference
+(test_reference_live.py).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from difforge.models.ursa.vae_fsq import (
     haar_forward_3d,
     haar_inverse_3d,
 )
+
+from .parity import assert_bf16_close, assert_fp32_close, reference
 
 TINY = dict(block_out_channels=(16, 32, 32, 32), layers_per_block=1, latent_channels=8, sample_frames=9,
             num_vq_embeddings=64000, vq_embed_dim=6, temporal_stride=4, spatial_stride=8)
@@ -189,18 +193,27 @@ def test_state_dict_names_equal_the_references() -> None:
 
 
 def test_strict_load_round_trip_through_safetensors(tmp_path) -> None:
+    """What loading must preserve is the state dict: every key, shape, dtype and value, nothing extra.
+
+    (Comparing two decodes would test kernel bits instead: on some CPUs ``F.linear`` on a strided input
+    takes another path when ``weight.requires_grad`` differs, and ``load_strict`` freezes the weights.)
+    """
     from safetensors.torch import load_file, save_file
 
     from difforge.models.ursa.loader import load_strict
 
-    vae, ids = model(2)
+    vae, _ = model(2)
     save_file({k: v.contiguous() for k, v in vae.state_dict().items()}, str(tmp_path / "w.safetensors"))
     with torch.device("meta"):
         fresh = AutoencoderVQCosmos3D(vae.config)
     state = load_file(str(tmp_path / "w.safetensors"))
     load_strict(fresh, state, "vae")
-    with torch.no_grad():
-        assert torch.equal(fresh.decode(ids[:, :2]), vae.decode(ids[:, :2]))
+    want, got = vae.state_dict(), fresh.state_dict()
+    assert sorted(got) == sorted(want)
+    for key, value in want.items():
+        assert got[key].device.type == "cpu" and got[key].dtype == value.dtype, key
+        assert torch.equal(got[key], value), key
+    assert not any(p.requires_grad for p in fresh.parameters())  # frozen for inference
     state.pop("decoder.up_blocks.1.upsamplers.0.conv1.bias")
     with torch.device("meta"):
         fresh = AutoencoderVQCosmos3D(vae.config)
@@ -229,23 +242,29 @@ def test_tiling_drops_first_frame_of_later_windows_and_skips_partial_ones() -> N
 
 
 # ------------------------------------------------------------------------------------------ reference pins
-@pytest.mark.parametrize(
-    ("patch", "sums", "head"),
-    [
-        (2, (-736.1931979994697, -907.4226705508245, 212.65132478398482, -921.0289573669434),
-         (-0.1287626475095749, 0.07604319602251053, -0.23223401606082916)),
-        (4, (1075.0288402724545, 4325.963003570332, 5903.014669172351, 4345.138259887695),
-         (2.082103967666626, 3.717836856842041, -0.33885154128074646)),
-    ],
-)
-def test_decode_matches_reference(patch: int, sums: tuple[float, ...], head: tuple[float, ...]) -> None:
+@pytest.mark.parametrize("patch", [2, 4])
+def test_decode_matches_reference(patch: int) -> None:
+    ref = reference("reference_fsq_decode")
     vae, ids = model(patch)
     with torch.no_grad():
-        out = [vae.decode(ids[:, :1]), vae.decode(ids[:, :3]), vae.decode(ids[:, :6])]
-        out.append(vae.to(torch.bfloat16).decode(ids[:, :3]))
-    assert [o.double().sum().item() for o in out] == pytest.approx(sums, rel=1e-12, abs=1e-9)
-    assert tuple(out[1].flatten()[:3].tolist()) == head
-    assert out[3].dtype == torch.bfloat16
+        one, three, six = vae.decode(ids[:, :1]), vae.decode(ids[:, :3]), vae.decode(ids[:, :6])
+        half = vae.to(torch.bfloat16).decode(ids[:, :3])
+    assert_fp32_close(one, ref[f"p{patch}_t1"])
+    assert_fp32_close(six, ref[f"p{patch}_t6"])
+    assert_fp32_close(three, ref[f"p{patch}_t6"][:, :, :9])  # the first window is the 3-frame decode
+    assert half.dtype == torch.bfloat16
+    assert_bf16_close(half, ref[f"p{patch}_t6"][:, :, :9])
+
+
+def test_parity_bounds_catch_a_small_decoder_fault() -> None:
+    """The fp32 bound is tight enough to see a 0.1 % scale error in one conv: a check that cannot fail is none."""
+    ref = reference("reference_fsq_decode")
+    vae, ids = model(2)
+    with torch.no_grad():
+        vae.decoder.conv_out[0].weight.mul_(1.001)
+        out = vae.decode(ids[:, :1])
+    with pytest.raises(AssertionError, match="max relative error"):
+        assert_fp32_close(out, ref["p2_t1"])
 
 
 def test_encode_matches_reference() -> None:
