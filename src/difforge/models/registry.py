@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..errors import ModelFamilyError, ModelNotFoundError
+from ..errors import CheckpointError, ModelFamilyError, ModelNotFoundError
 from .checkpoint import read_json
 
 URSA = "ursa"
@@ -41,6 +41,8 @@ def detect_family(folder: Path) -> str:
     if not index.is_file():
         raise ModelFamilyError(f"{folder} has no model_index.json; point --model at a diffusers-style model folder.")
     name = read_json(index).get("_class_name")
+    if not isinstance(name, str):  # a list or object here is unhashable: the lookup below would crash
+        raise CheckpointError(f"{index} has no string _class_name (found {repr(name)[:60]}); it is not a pipeline index.")
     if name not in PIPELINE_CLASSES:
         known = ", ".join(PIPELINE_CLASSES)
         raise ModelFamilyError(f"{folder} holds a '{name}' model; difforge supports {known}.")

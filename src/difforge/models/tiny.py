@@ -1,7 +1,9 @@
 """Deterministic tiny checkpoints in the real layouts, built on demand into ``DIFFORGE_HOME``.
 
 Same builder version -> same bytes.  Builds go to a temporary folder that is renamed into place,
-so parallel test workers never see a half-built model.
+so parallel test workers never see a half-built model, and a build that fails (``DIFFORGE_HOME``
+read-only, a file, or on a full disk) leaves nothing behind and is one
+:class:`~difforge.errors.OutputError` sentence.
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from safetensors import SafetensorError
+
+from ..errors import OutputError
 from .registry import difforge_home
 
 #: Bump a builder's version whenever its output bytes change, so caches rebuild.
@@ -44,8 +49,11 @@ def ensure_tiny(name: str) -> Path:
     if (final / "model_index.json").is_file():
         return final
     builder = _builder(name)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=final.parent))
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=final.parent))
+    except OSError as exc:
+        raise OutputError(_cannot_build(name, exc)) from None
     try:
         builder(tmp)
         try:
@@ -53,7 +61,17 @@ def ensure_tiny(name: str) -> Path:
         except OSError:
             if not (final / "model_index.json").is_file():  # not a lost race: a real failure
                 raise
+    except (OSError, SafetensorError) as exc:  # safetensors reports a full disk as its own error type
+        raise OutputError(_cannot_build(name, exc)) from None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+def _cannot_build(name: str, exc: BaseException) -> str:
+    reason = os.strerror(exc.errno) if isinstance(exc, OSError) and exc.errno else " ".join(str(exc).split())[:200]
+    return (
+        f"Cannot build the built-in model {name} in DIFFORGE_HOME={difforge_home()} ({reason}); point DIFFORGE_HOME"
+        " at a writable folder with free space."
+    )

@@ -5,7 +5,9 @@ from deep inside their loaders (or, for some components, not at all until the fi
 Here every component the pipeline needs is checked up front: its folder, its config, and the
 header and length of each safetensors file, so a broken checkpoint becomes one sentence naming
 the file.  Only the component classes the edit pipelines use are accepted, so nothing named in a
-downloaded ``model_index.json`` can make diffusers import code from the folder.
+downloaded ``model_index.json`` can make diffusers import code from the folder; and no config of
+the folder may carry an ``auto_map`` or name a class its library does not ship, so transformers'
+Auto classes cannot be talked into importing a ``.py`` beside a processor or tokenizer config.
 """
 
 from __future__ import annotations
@@ -14,8 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import CheckpointError
-from ..checkpoint import WEIGHTS_NAME, check_safetensors_header, read_json, weight_files
+from ..checkpoint import (
+    WEIGHTS_NAME,
+    check_safetensors_header,
+    config_class_names,
+    config_files,
+    read_json,
+    weight_files,
+)
 from ..registry import detect_family
+from .fp8 import FLOAT_HEADER_DTYPES
 
 #: component -> (library, class) exactly as the official model_index.json files spell them.
 COMPONENTS: dict[str, tuple[str, str]] = {
@@ -51,6 +61,7 @@ def check_model_folder(folder: Path, skip_weights: frozenset[str] = frozenset())
     """Validate ``folder`` for a Qwen edit pipeline; ``skip_weights`` names components supplied elsewhere."""
     folder = Path(folder)
     family = detect_family(folder)
+    check_configs(folder)
     index = read_json(folder / "model_index.json")
     sizes: dict[str, int] = {}
     for name, expected in COMPONENTS.items():
@@ -69,7 +80,65 @@ def check_model_folder(folder: Path, skip_weights: frozenset[str] = frozenset())
             continue
         total = 0
         for path in weight_files(sub, weights_name):
-            check_safetensors_header(path)
+            _check_float_weights(path, check_safetensors_header(path))
             total += path.stat().st_size
         sizes[name] = total
     return CheckedFolder(folder, family, str(index["_class_name"]), sizes)
+
+
+def check_configs(folder: Path) -> None:
+    """Refuse code and unknown classes in every config of ``folder`` before any library reads one.
+
+    See :func:`~difforge.models.checkpoint.config_class_names` for ``auto_map``.  A diffusers
+    ``_class_name`` must be the class model_index.json lists for that component; a transformers
+    class key (tokenizer_class, processor_class, image_processor_type, architectures ...) must name a
+    class transformers itself provides - anything else could only come from the folder's code.
+    """
+    for path in config_files(folder):
+        names = config_class_names(path, read_json(path))
+        if path.name == "model_index.json":
+            continue  # its pipeline class and entries are checked by detect_family and COMPONENTS
+        component = path.parent.name if path.parent != folder else None
+        for key, name in names:
+            if key == "_class_name":
+                allowed = [COMPONENTS[component][1]] if component in COMPONENTS else [c for _, c in COMPONENTS.values()]
+                if name not in allowed:
+                    raise CheckpointError(
+                        f"{path} names _class_name '{name}'; difforge loads only {' or '.join(allowed)} there."
+                    )
+            elif not _transformers_has(name):
+                raise CheckpointError(
+                    f"{path} names {key} '{name}', which transformers does not provide; difforge loads library"
+                    " classes only, never code from the model folder."
+                )
+
+
+def _transformers_has(name: str) -> bool:
+    """Whether ``transformers`` exports a class called ``name`` (its own lookup, aliases included).
+
+    The lookup imports only transformers' own modules; its deprecation and fallback notices are
+    kept off stderr like the rest of loading (see :func:`.loader.quiet_hf`).
+    """
+    import transformers
+    from transformers.utils import logging as tlog
+
+    level = tlog.get_verbosity()
+    tlog.set_verbosity_error()
+    try:
+        return isinstance(getattr(transformers, name, None), type)
+    except Exception:  # an optional dependency of that class is missing: transformers could not load it either
+        return False
+    finally:
+        tlog.set_verbosity(level)
+
+
+def _check_float_weights(path: Path, header: dict) -> None:
+    """Every tensor of an edit-pipeline component is floating point; refuse int/bool ones by key and dtype.
+
+    diffusers would silently cast an int8 or bool tensor of the right shape to the compute dtype.
+    """
+    for key, meta in header.items():
+        if key != "__metadata__" and meta.get("dtype") not in FLOAT_HEADER_DTYPES:
+            raise CheckpointError(
+                f"{path} weight '{key}' has dtype {meta.get('dtype')}; the model expects floating-point weights."
+            )

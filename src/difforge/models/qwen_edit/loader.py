@@ -2,9 +2,12 @@
 
 Loading is strictly local and safetensors-only: the folder is checked first (see
 :mod:`.folder`), then diffusers loads it with ``use_safetensors=True, local_files_only=True`` and
-no remote code.  A transformer-only FP8 file replaces the folder's transformer (see :mod:`.fp8`).
-Every device-specific choice made here (attention kernel, weight format, memory plan) is written
-to the RunRecord.
+``trust_remote_code=False``.  diffusers does not hand that flag on to the transformers components,
+and transformers *asks* on a terminal before importing custom code it was given no answer for, so
+the text encoder, processor and tokenizer are loaded here with an explicit ``False``.  Every
+weight is checked to be finite once loaded.  A transformer-only FP8 file replaces the folder's
+transformer (see :mod:`.fp8`).  Every device-specific choice made here (attention kernel, weight
+format, memory plan) is written to the RunRecord.
 """
 
 from __future__ import annotations
@@ -20,10 +23,10 @@ import torch
 from ...devices import Backend, dtype_name
 from ...errors import CheckpointError, DifforgeError
 from ...runtime.record import RunRecord
-from ..checkpoint import WEIGHTS_NAME, safetensors_keys, weight_files
+from ..checkpoint import WEIGHTS_NAME, check_finite, safetensors_keys, weight_files
 from .compat import apply_processor_shim
-from .folder import CheckedFolder, check_model_folder
-from .fp8 import Fp8FileInfo, fp8_name, load_transformer_file, module_weight_bytes
+from .folder import COMPONENTS, CheckedFolder, check_model_folder
+from .fp8 import Fp8FileInfo, Fp8Linear, fp8_name, load_transformer_file, module_weight_bytes
 
 if TYPE_CHECKING:
     from diffusers import DiffusionPipeline
@@ -96,8 +99,10 @@ def load_pipeline(
     try:
         with quiet_hf(True):  # difforge shows its own progress; HF loading bars are noise on stderr
             components["text_encoder"] = _load_text_encoder(folder / "text_encoder", dtype)
+            components.update(_load_text_side(folder))
             pipe = cls.from_pretrained(
-                str(folder), dtype=dtype, use_safetensors=True, local_files_only=True, **components
+                str(folder), dtype=dtype, use_safetensors=True, local_files_only=True, trust_remote_code=False,
+                **components,
             )
     except DifforgeError:
         raise
@@ -110,6 +115,9 @@ def load_pipeline(
         check_keys_match(getattr(pipe, name), folder / name)
     for name in ("transformer", "vae", "text_encoder"):
         check_no_meta(getattr(pipe, name), folder / name)
+    for name in ("transformer", "vae", "text_encoder"):
+        where = info.path if name == "transformer" and info is not None else folder / name
+        check_finite_weights(getattr(pipe, name), where, dtype)
     pipe.set_progress_bar_config(disable=True)  # difforge draws its own progress
     _record_weights(pipe, dtype, info, record)
     return LoadedPipeline(pipe, checked, info)
@@ -163,13 +171,76 @@ def _load_text_encoder(component: Path, dtype: torch.dtype) -> Any:
     from transformers import Qwen2_5_VLForConditionalGeneration
 
     model, report = Qwen2_5_VLForConditionalGeneration.from_pretrained(
-        str(component), dtype=dtype, use_safetensors=True, local_files_only=True, output_loading_info=True
+        str(component), dtype=dtype, use_safetensors=True, local_files_only=True, output_loading_info=True,
+        trust_remote_code=False,
     )
     _bad_key(component, sorted(report.get("missing_keys", ())), sorted(report.get("unexpected_keys", ())))
     mismatched = sorted(report.get("mismatched_keys", ()))
     if mismatched:
         raise CheckpointError(f"{component} weight '{mismatched[0][0]}' has a shape its config does not imply.")
     return model
+
+
+def _load_text_side(folder: Path) -> dict[str, Any]:
+    """The processor and tokenizer, loaded exactly as diffusers would but with ``trust_remote_code=False``.
+
+    Their classes are the fixed ones :data:`.folder.COMPONENTS` admits; the flag reaches the Auto
+    classes they use inside (AutoImageProcessor, AutoTokenizer ...), so a config asking for custom
+    code is refused without a prompt even if it got past the folder check.
+    """
+    import transformers
+
+    out = {}
+    for name in ("processor", "tokenizer"):
+        cls = getattr(transformers, COMPONENTS[name][1])
+        out[name] = cls.from_pretrained(str(folder / name), local_files_only=True, trust_remote_code=False)
+    return out
+
+
+def check_finite_weights(module: torch.nn.Module, where: Path, dtype: torch.dtype) -> None:
+    """Every weight the files gave ``module`` is finite in ``dtype``, else one sentence naming the first bad key.
+
+    Floating tensors are checked by :func:`~difforge.models.checkpoint.check_finite` (tied weights
+    once).  fp8 codes of an :class:`.fp8.Fp8Linear` are checked as they are used: without NaN/inf
+    codes and, with their scale applied, within ``dtype``'s range (see :func:`_fp8_finite`).
+    """
+    seen: set[int] = set()
+    tensors = []
+    for key, tensor in module.state_dict(keep_vars=True).items():
+        if id(tensor) not in seen:
+            seen.add(id(tensor))
+            tensors.append((key, tensor))
+    check_finite(where, tensors)
+    for name, layer in module.named_modules():
+        if isinstance(layer, Fp8Linear) and not _fp8_finite(layer, dtype):
+            raise CheckpointError(
+                f"{where} weight '{name}.weight' is NaN or infinite once its fp8 scale is applied in"
+                f" {dtype_name(dtype)}; the file is corrupt."
+            )
+
+
+def _fp8_finite(layer: Fp8Linear, dtype: torch.dtype) -> bool:
+    """fp8 codes are judged by their bits and the scale's bound, without a ``dtype`` copy of every layer.
+
+    e4m3fn has no infinity and spells NaN S.1111.111 (0x7F, 0xFF); e5m2 spells inf and NaN with an
+    all-ones exponent (0x7C-0x7F, 0xFC-0xFF).  Those are the top codes of each sign, so two
+    reductions without a copy find them: the int8 maximum (positive codes) and the uint8 maximum
+    (negative ones).  Finite codes times the scale stay finite in ``dtype`` when
+    ``max|scale| * fp8 max`` fits; only a layer whose bound does not fit is dequantised, exactly as
+    its forward does, and checked element by element.
+    """
+    weight = layer.weight
+    if weight.numel() == 0:
+        return True
+    first_bad = 0x7F if weight.dtype == torch.float8_e4m3fn else 0x7C
+    if int(weight.view(torch.int8).amax()) >= first_bad or int(weight.view(torch.uint8).amax()) >= 0x80 + first_bad:
+        return False
+    if layer.weight_scale is None:
+        return True  # 448 (e4m3fn) and 57344 (e5m2) fit bf16, fp16 and fp32
+    bound = float(layer.weight_scale.abs().amax()) * torch.finfo(weight.dtype).max
+    if bound <= torch.finfo(dtype).max:
+        return True
+    return bool(torch.isfinite(layer.dequantized_weight(dtype)).all())
 
 
 def _record_weights(pipe: DiffusionPipeline, dtype: torch.dtype, info: Fp8FileInfo | None, record: RunRecord) -> None:
