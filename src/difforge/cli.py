@@ -43,8 +43,8 @@ def friendly_errors(fn: F) -> F:
             raise
         except DifforgeError as exc:
             _fail(str(exc), exc.exit_code)
-        except KeyboardInterrupt:
-            _fail("interrupted.", 130)
+        except KeyboardInterrupt as exc:  # Ctrl-C: 130; SIGTERM/SIGHUP (runtime.signals.Terminated): 143/129
+            _fail("interrupted.", getattr(exc, "exit_code", 130))
         except Exception as exc:
             if os.environ.get("DIFFORGE_DEBUG"):
                 raise
@@ -239,7 +239,11 @@ def doctor(as_json: Annotated[bool, typer.Option("--json", help="Machine-readabl
 
 
 def main() -> None:
-    app(prog_name="difforge")
+    """Entry point; SIGTERM/SIGHUP raise like Ctrl-C, so every command's clean-up runs before exit."""
+    from .runtime.signals import signals_raise
+
+    with signals_raise():
+        app(prog_name="difforge")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -49,7 +49,7 @@ def test_write_report_en(tmp_path: Path) -> None:
     data = json.loads(paths["json"].read_text())  # strict JSON: NaN became a string
     assert data["rungs"]["step"]["rows"][0]["measurements"][1]["value"] == "nan"
     md = paths["markdown"].read_text()
-    assert ">= 0.999 [AWS NxDI contrib ports]" in md and "layers.0" in md and "approximate" in md
+    assert r">= 0.999 \[AWS NxDI contrib ports\]" in md and "layers.0" in md and "approximate" in md  # md-escaped
     sums = paths["sha256"].read_text()
     assert "images/contact_sheet.png" in sums and "report.html" in sums
     assert not list(tmp_path.rglob("*.part*"))  # atomic writes left no temp file

@@ -2,6 +2,11 @@
 
 The two human-readable reports share one context built here (tables as lists of cells), so the
 Markdown and HTML templates stay dumb.  Every file goes through :mod:`difforge.runtime.atomic`.
+
+Prompts, paths, device names and error messages come from the user or the machine, so both reports
+escape every value by default: the HTML one with jinja2's HTML autoescaping, the Markdown one with
+:func:`md_escape` applied by the environment's ``finalize`` to every ``{{ value }}``.  Only the
+report's own prose (the i18n texts, file links it makes) is marked safe (:class:`markupsafe.Markup`).
 """
 
 from __future__ import annotations
@@ -10,10 +15,14 @@ import base64
 import datetime as _dt
 import json
 import math
+import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
+from markupsafe import Markup
 
 from ..runtime.atomic import atomic_write_bytes, atomic_write_text
 from ..runtime.record import sha256_file
@@ -26,6 +35,32 @@ if TYPE_CHECKING:
     from ..validate.verdict import RungResult
 
 MARK = {"PASS": "✓", "WARN": "!", "FAIL": "✗"}
+
+#: What can start Markdown/HTML markup mid-line: backslash escapes, code, emphasis, links and images
+#: (``[``/``]``), raw HTML and autolinks (``<``), entities (``&``), table cells (``|``), strikethrough,
+#: math; ``_`` only where it can open or close emphasis (not inside a word like ``rel_l2``).
+_MD_SPECIAL = re.compile(r"[\\`*\[\]<&|~$]|(?<![^\W_])_|_(?![^\W_])")
+
+
+def md_escape(value: Any) -> str:
+    """``value`` as inert Markdown text: specials backslash-escaped, line breaks folded to spaces.
+
+    Values always sit inside a line (a table cell, a list item, a heading), so a newline is the only
+    way to reach block syntax (a heading, a list, a new table row); folding it closes that door.
+    """
+    text = " ".join(str(value).split())
+    return _MD_SPECIAL.sub(lambda m: "\\" + m.group(0), text)
+
+
+def _md_finalize(value: Any) -> Any:
+    """Every ``{{ value }}`` of report.md: escaped unless marked as the report's own markup."""
+    return value if isinstance(value, Markup) else Markup(md_escape(value))
+
+
+def _code_fence(lines: list[str]) -> str:
+    """A backtick fence longer than any backtick run in ``lines``, so no line can close the block."""
+    longest = max((len(run) for line in lines for run in re.findall(r"`+", line)), default=0)
+    return "`" * max(3, longest + 1)
 
 
 def fmt(value: Any) -> str:
@@ -122,16 +157,19 @@ def _env_tables(env: dict[str, Any]) -> tuple[list[tuple[str, str]], list[tuple[
     return versions, items
 
 
-def _floor_text(t: dict[str, str], traj: RungResult | None) -> str:
+def _floor_text(t: dict[str, str], traj: RungResult | None, esc: Callable[[Any], Any] = str) -> str:
     if traj is None or not traj.data or "floor" not in traj.data:
         return ""
     key = "floor_text" if traj.data.get("floor_available", True) else "no_floor_text"
-    return t[key].format(floor=traj.data["floor"])
+    return t[key].format(floor=esc(traj.data["floor"]))
 
 
-def build_context(result: ValidationResult, lang: str, plots: dict[str, bytes], deliverables: list[dict]) -> dict:
+def build_context(result: ValidationResult, lang: str, plots: dict[str, bytes], deliverables: list[dict],
+                  markdown: bool = False) -> dict:
+    """The template context; ``markdown=True``: the prose is pre-escaped and marked safe for report.md."""
     import difforge
 
+    esc: Callable[[Any], Any] = md_escape if markdown else (lambda v: v)
     t = texts(lang)
     d = result.data
     titles = RUNG_TITLES.get(lang, RUNG_TITLES["en"])
@@ -147,14 +185,15 @@ def build_context(result: ValidationResult, lang: str, plots: dict[str, bytes], 
     loc = step.data.get("localisation") if step is not None else None
     traj = result.rungs.get("trajectory")
     date = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
-    return {
+    model = d.get("options", {}).get("model")
+    ctx = {
         "t": t,
         "lang": lang,
-        "title": t["title"].format(model=d.get("options", {}).get("model"), device=d.get("device_label")),
+        "title": t["title"].format(model=esc(model), device=esc(d.get("device_label"))),
         "verdict": str(result.verdict),
         "overview_text": t["overview_text"].format(
-            model=d.get("options", {}).get("model"), family=d.get("family"), device=d.get("device_label"),
-            reference=d.get("reference_label"), verdict=result.verdict),
+            model=esc(model), family=esc(d.get("family")), device=esc(d.get("device_label")),
+            reference=esc(d.get("reference_label")), verdict=result.verdict),
         "overview": overview,
         "versions": versions,
         "env_items": env_items,
@@ -165,9 +204,9 @@ def build_context(result: ValidationResult, lang: str, plots: dict[str, bytes], 
         "titles": titles,
         "localisation": loc,
         "localisation_text": t["localisation_text"].format(
-            step=loc["step"], seed=loc.get("seed"), threshold=loc["threshold"],
-            first=loc["first_divergent"] or t["after_blocks"]) if loc else "",
-        "floor_text": _floor_text(t, traj),
+            step=esc(loc["step"]), seed=esc(loc.get("seed")), threshold=esc(loc["threshold"]),
+            first=esc(loc["first_divergent"]) if loc["first_divergent"] else t["after_blocks"]) if loc else "",
+        "floor_text": _floor_text(t, traj, esc),
         "verdict_reasons": d.get("verdict_reasons") or [],
         "gallery": d.get("gallery") or {},
         "notes": d.get("notes", []),
@@ -178,6 +217,14 @@ def build_context(result: ValidationResult, lang: str, plots: dict[str, bytes], 
         "generated": t["generated"].format(date=date, version=difforge.__version__),
         "fmt": fmt,
     }
+    if markdown:  # the report's own prose and links pass as they are; everything else is escaped
+        ctx["t"] = {k: Markup(v) for k, v in t.items()}
+        for key in ("title", "overview_text", "localisation_text", "floor_text", "generated"):
+            ctx[key] = Markup(ctx[key])
+        ctx["plot_files"] = {k: Markup(v) for k, v in ctx["plot_files"].items()}
+        ctx["fence"] = Markup(_code_fence(reproduce))
+        ctx["reproduce"] = [Markup(line) for line in reproduce]  # inside the fence: shown verbatim
+    return ctx
 
 
 def _embed(path: Path) -> str:
@@ -215,9 +262,11 @@ def write_report(result: ValidationResult, out: Path, lang: str = "en", files: l
     paths = {"json": atomic_write_text(out / "report.json", json.dumps(_jsonable(payload), indent=2,
                                                                        ensure_ascii=False) + "\n")}
     ctx = build_context(result, lang, plots, deliverables)
+    md_ctx = build_context(result, lang, plots, deliverables, markdown=True)
     env = Environment(loader=PackageLoader("difforge.report", "templates"), undefined=StrictUndefined,
-                      autoescape=False, trim_blocks=True, lstrip_blocks=True)
-    paths["markdown"] = atomic_write_text(out / "report.md", env.get_template("report.md.j2").render(**ctx))
+                      autoescape=True, finalize=_md_finalize, trim_blocks=True, lstrip_blocks=True)
+    env.filters["url"] = lambda v: Markup(quote(str(v)))  # a file name as a link target
+    paths["markdown"] = atomic_write_text(out / "report.md", env.get_template("report.md.j2").render(**md_ctx))
     images = {p.name: _embed(p) for p in artefacts if p.suffix == ".png" and p.is_file()}
     html_env = Environment(loader=PackageLoader("difforge.report", "templates"), undefined=StrictUndefined,
                            autoescape=True, trim_blocks=True, lstrip_blocks=True)

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..devices import DTYPES, dtype_name
-from ..errors import InputError
+from ..errors import InputError, OutputError
+from .outdir import refuse_message, replaceable
 
 if TYPE_CHECKING:
     from .verdict import RungResult, Verdict
@@ -84,19 +85,30 @@ def _check_input_file(path: str | Path, flag: str, hint: str) -> None:
 
 
 def check_out_dir(out: str | Path) -> Path:
-    """``--out`` must be a folder difforge can create or write into; checked before anything runs."""
+    """``--out`` must be a folder difforge can create or write into; checked before anything runs.
+
+    An existing folder must be empty or a previous difforge report (see :mod:`.outdir`): anything
+    else is refused, as the report would overwrite or mix with the user's own files.
+    """
     path = Path(out)
     if str(out).strip() == "":
         raise InputError("--out is empty; give the folder the report should be written to.")
     if path.exists() and not path.is_dir():
         raise InputError(f"--out {path} is a file; give a folder for the report.")
-    probe = path
+    probe = path.absolute().parent  # the report is built beside DIR and renamed: its parent must be writable
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     if not probe.is_dir():
         raise InputError(f"--out {path} cannot be created: {probe} is a file, not a folder.")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise InputError(f"--out {path} is not writable: {probe} is not a writable folder.")
+    if path.is_dir():  # new, empty or a previous report only: a user's own files are never overwritten
+        try:
+            ok = replaceable(path)
+        except OSError as exc:
+            raise InputError(f"--out {path} cannot be read ({exc.strerror or exc}).") from None
+        if not ok:
+            raise OutputError(refuse_message(path))
     return path
 
 

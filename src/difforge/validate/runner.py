@@ -8,9 +8,7 @@ mistakes (bad device, bad path) still raise DifforgeError before anything runs.
 
 from __future__ import annotations
 
-import contextlib
 import shlex
-import shutil
 import sys
 import time
 import traceback
@@ -25,7 +23,7 @@ from rich.console import Console
 
 from ..config import RunConfig
 from ..devices import dtype_name, get_backend
-from ..errors import DeviceOutOfMemoryError, DifforgeError, DtypeError, InputError, SizeError
+from ..errors import DeviceOutOfMemoryError, DifforgeError, DtypeError, SizeError
 from ..models.registry import URSA, resolve_model
 from ..runtime.atomic import atomic_save
 from ..runtime.record import RunRecord
@@ -37,6 +35,7 @@ from .gallery import contact_sheet, pair
 from .inputs import URSA_NEGATIVE, default_prompts, read_prompts, synthetic_image
 from .operators import operator_rung
 from .options import RUNGS, ValidateOptions, ValidationResult, check_out_dir, parse_reference
+from .outdir import StagedFolder
 from .smoke import smoke_rung
 from .steps import StepTrace, step_rung
 from .trajectory import TrajectoryRun, trajectory_rung
@@ -143,7 +142,10 @@ class Ladder:
         #: Stages that failed outside the rungs (the gallery ...): each makes the verdict at least WARN.
         self.caveats: list[str] = []
         self.synthetic = False
-        self.created_out = False
+        #: The report is written into a hidden sibling of DIR and renamed to DIR only when complete.
+        self.staged = StagedFolder(self.out)
+        #: Where this run's files go: the staging folder once make_out_dir() ran.
+        self.work = self.out
         self.ref: Any = None
         self.floor_label = f"{self.ref_device} {dtype_name(self.dut_dtype)}"
         self.floor_dtype = dtype_name(self.dut_dtype)
@@ -192,24 +194,24 @@ class Ladder:
                                 f"try {near}.")
 
     def make_out_dir(self) -> None:
-        """Create DIR (only once every input has been checked)."""
+        """Create the staging folder beside DIR (only once every input has been checked)."""
         check_out_dir(self.out)
-        self.created_out = not self.out.exists()
-        try:
-            self.out.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise InputError(f"--out {self.out} cannot be created ({exc.strerror or exc}).") from None
+        self.work = self.staged.create()
 
     def discard_output(self) -> None:
-        """A user mistake surfaced after DIR was made: take back what this run wrote."""
-        if self.created_out:
-            shutil.rmtree(self.out, ignore_errors=True)
-            return
-        for path in self.files:
-            path.unlink(missing_ok=True)
-        for sub in ("images", "plots"):
-            with contextlib.suppress(OSError):
-                (self.out / sub).rmdir()  # only if empty
+        """The run failed or was interrupted: remove the staging folder and the parents this run made.
+
+        DIR itself (a previous report, an empty folder) was never touched, so nothing else to undo.
+        """
+        self.staged.discard()
+        self.work = self.out
+
+    def publish(self) -> None:
+        """Move the finished report to DIR; the paths this run noted follow it."""
+        work = self.work
+        self.staged.publish()
+        self.work = self.out
+        self.files = [self.out / p.relative_to(work) for p in self.files]
 
     # ---- the noise floor -------------------------------------------------------------------------
     def floor_candidates(self) -> list[torch.dtype]:
@@ -261,7 +263,7 @@ class Ladder:
         return None
 
     def save_image(self, img: Image.Image, name: str, record: RunRecord | None = None) -> Path:
-        path = self.out / "images" / name
+        path = self.work / "images" / name
 
         def write() -> None:
             atomic_save(path, lambda tmp: img.save(tmp, format="PNG"))
@@ -334,7 +336,7 @@ def run_validation(options: ValidateOptions) -> ValidationResult:
     lad.make_out_dir()
     try:
         return _climb(lad, prog, t0, data, seeds, dut, dut_record, dut_error, ref, ref_record, ref_error)
-    except DifforgeError:
+    except BaseException:  # a user error, a crash, Ctrl-C or SIGTERM: no half-filled report, no stray folder
         lad.discard_output()
         raise
 
@@ -560,7 +562,32 @@ def _finish(lad: Ladder, rungs: dict[str, RungResult], data: dict[str, Any], pro
     data["device_label"] = f"{lad.dut_backend.device} {dtype_name(lad.dut_dtype)}"
     data["reference_label"] = f"{lad.ref_device} {lad.ref_dtype}"
     data["images"] = [p.name for p in lad.files]
+    if lad.work != lad.out:  # paths the runs saw (the synthetic input ...) are reported where they end up
+        data = _retarget(data, str(lad.work), str(lad.out))
+        for rung in ordered.values():
+            _retarget_rung(rung, str(lad.work), str(lad.out))
     result = ValidationResult(verdict=verdict, rungs=ordered, out_dir=lad.out, data=data)
-    result.report_paths = write_report(result, lad.out, lang=lad.o.lang, files=lad.files)
+    work = lad.work
+    paths = write_report(result, work, lang=lad.o.lang, files=lad.files)
+    lad.publish()
+    result.report_paths = {k: lad.out / p.relative_to(work) for k, p in paths.items()}
     prog.done(None, t0, f"verdict {verdict}: {lad.out}")
     return result
+
+
+def _retarget(obj: Any, old: str, new: str) -> Any:
+    """``obj`` with the staging folder ``old`` (a unique random name) replaced by DIR ``new`` in every string."""
+    if isinstance(obj, str):
+        return obj.replace(old, new)
+    if isinstance(obj, dict):
+        return {k: _retarget(v, old, new) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(_retarget(v, old, new) for v in obj)
+    return obj
+
+
+def _retarget_rung(rung: RungResult, old: str, new: str) -> None:
+    rung.summary = _retarget(rung.summary, old, new)
+    rung.data = _retarget(rung.data, old, new)
+    for row in rung.rows:
+        row.note = _retarget(row.note, old, new)
