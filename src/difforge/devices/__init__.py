@@ -28,27 +28,36 @@ def available_backends() -> list[str]:
 
 
 def get_backend(spec: str | None = "auto") -> Backend:
-    """Parse a device spec (``auto``, ``cpu``, ``cuda``, ``npu:1`` ...) into a ready backend."""
+    """Parse a device spec (``auto``, ``cpu``, ``cuda``, ``npu:1`` ...) into a ready backend.
+
+    ``None`` means ``auto``; an empty or blank string is refused, because it is what an unset shell
+    variable (``--device "$DEV"``) produces and silently running on another device hides that.  The
+    index must be ASCII digits (``str.isdigit`` also accepts ``²``, which ``int`` then rejects) and
+    must name an existing device -- the CPU and MPS backends have exactly one, ``cpu:0`` / ``mps:0``.
+    """
     from ..errors import DeviceError
 
+    known = ", ".join(["auto", *AUTO_ORDER])
+    if spec is not None and not spec.strip():
+        raise DeviceError(f"The device is empty; use one of {known} (optionally with an index, e.g. cuda:1).")
     spec = (spec or "auto").strip().lower()
     if spec == "auto":
         return BACKENDS[available_backends()[0]]()
-    name, _, idx_text = spec.partition(":")
+    name, sep, idx_text = spec.partition(":")
     if name not in BACKENDS:
-        known = ", ".join(["auto", *AUTO_ORDER])
         raise DeviceError(f"Unknown device '{spec}'; use one of {known} (optionally with an index, e.g. cuda:1).")
     index: int | None = None
-    if idx_text:
-        if not idx_text.isdigit():
+    if sep:
+        if not (idx_text.isascii() and idx_text.isdigit()):
             raise DeviceError(f"Device index in '{spec}' must be a non-negative integer, e.g. {name}:0.")
-        index = int(idx_text)
+        digits = idx_text.lstrip("0") or "0"
+        index = int(digits) if len(digits) <= 18 else 2**63  # no device has that many; int() caps long digit strings
     cls = BACKENDS[name]
     if not cls.is_available():
         raise DeviceError(
             f"Device '{name}' is not present on this machine; available: {', '.join(available_backends())}."
         )
-    if index is not None and name != "cpu":
+    if index is not None:
         count = cls.device_count()
         if index >= count:
             raise DeviceError(f"Device '{spec}' does not exist: this machine has {count} {name} device(s).")

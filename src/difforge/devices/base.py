@@ -8,6 +8,7 @@ one backend file; the rest of the code only talks to this protocol.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -54,6 +55,10 @@ class Backend(ABC):
     fused_ops: ClassVar[frozenset[str]] = frozenset()
     #: dtypes the backend can compute in; ``auto`` picks :meth:`preferred_dtype`.
     supported_dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float32, torch.bfloat16, torch.float16)
+    #: Whether this backend's attention kernel writes the full ``L x L`` score matrix (a math-path
+    #: SDPA).  Memory estimates add it only here: flash / memory-efficient kernels (CPU, CUDA, NPU's
+    #: fusion attention) never hold it, and counting it there would refuse sizes that run fine.
+    attention_materialises_scores: ClassVar[bool] = False
 
     # ---- presence -------------------------------------------------------------------------
     @classmethod
@@ -87,6 +92,31 @@ class Backend(ABC):
         if mod is not None and hasattr(mod, "get_device_properties"):
             return int(mod.get_device_properties(self.device).total_memory)
         return None
+
+    def available_memory_bytes(self) -> int | None:
+        """Bytes a new allocation can still get on this device now, or None when the backend cannot say.
+
+        Pipelines compare their memory estimate with this *before* allocating, so a size that cannot
+        fit is refused with one sentence instead of an out-of-memory crash (or, on the host, the OOM
+        killer).  Accelerator modules that follow ``torch.cuda`` report ``mem_get_info() -> (free,
+        total)``; a module without it answers None and the caller skips the check, recording why.
+        """
+        mod = self._module()
+        if mod is None or not hasattr(mod, "mem_get_info"):
+            return None
+        idx = self._memory_index()
+        try:
+            free = int(mod.mem_get_info(idx)[0])
+        except Exception:  # a driver that cannot answer is "unknown", never a crash
+            return None
+        # Blocks torch's caching allocator holds but no tensor uses: taken for the driver, free for torch.
+        with contextlib.suppress(Exception):
+            free += max(0, int(mod.memory_reserved(idx)) - int(mod.memory_allocated(idx)))
+        return free
+
+    def _memory_index(self) -> Any:
+        """What the device module's memory queries take for this device (``torch.device`` by default)."""
+        return self.device
 
     def synchronize(self) -> None:
         mod = self._module()

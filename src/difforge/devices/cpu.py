@@ -2,12 +2,94 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import ClassVar
 
 import psutil
 import torch
 
 from .base import Backend
+
+#: A cgroup memory limit at or above this is "no limit" (v1 reports 2**63 rounded down to a page).
+_UNLIMITED = 1 << 60
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return int(text) if text.isdigit() else None  # "max" (cgroup v2, no limit) -> None
+
+
+def _stat_value(path: Path, key: str) -> int:
+    try:
+        for line in path.read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key and value.strip().isdigit():
+                return int(value)
+    except (OSError, UnicodeDecodeError):
+        pass
+    return 0
+
+
+def meminfo_available(proc: Path = Path("/proc")) -> int | None:
+    """``MemAvailable`` from ``/proc/meminfo`` (Linux on any architecture), in bytes."""
+    try:
+        for line in (proc / "meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                fields = line.split()
+                return int(fields[1]) * 1024 if fields[-1] == "kB" else int(fields[1])
+    except (OSError, UnicodeDecodeError, ValueError, IndexError):
+        pass
+    return None
+
+
+def cgroup_available(root: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """What the process's memory cgroup still allows (limit - usage + reclaimable file cache), or None.
+
+    A container's limit is invisible in ``/proc/meminfo`` (that file describes the whole host), so a
+    job limited to 8 GiB on a 128 GiB machine would otherwise be told it has 120 GiB.  cgroup v2
+    (``memory.max``) and v1 (``memory/memory.limit_in_bytes``) are both read.
+    """
+    for limit_file, usage_file, stat_file, inactive in (
+        (root / "memory.max", root / "memory.current", root / "memory.stat", "inactive_file"),
+        (
+            root / "memory" / "memory.limit_in_bytes",
+            root / "memory" / "memory.usage_in_bytes",
+            root / "memory" / "memory.stat",
+            "total_inactive_file",
+        ),
+    ):
+        limit, usage = _read_int(limit_file), _read_int(usage_file)
+        if limit is None or usage is None or limit >= _UNLIMITED:
+            continue
+        return max(0, limit - max(0, usage - _stat_value(stat_file, inactive)))
+    return None
+
+
+def host_available_memory() -> int | None:
+    """Bytes the host can still give this process: MemAvailable, capped by a cgroup limit.
+
+    Falls back to psutil (macOS, Windows) and then to ``os.sysconf`` free pages (an underestimate:
+    it leaves out the reclaimable page cache).
+    """
+    found = meminfo_available()
+    if found is None:
+        try:
+            found = int(psutil.virtual_memory().available)
+        except Exception:
+            found = None
+    if found is None:
+        try:
+            found = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (AttributeError, ValueError, OSError):
+            found = None
+    limited = cgroup_available()
+    if limited is not None:
+        found = limited if found is None else min(found, limited)
+    return found
 
 
 class CPUBackend(Backend):
@@ -31,6 +113,9 @@ class CPUBackend(Backend):
 
     def total_memory_bytes(self) -> int | None:
         return int(psutil.virtual_memory().total)
+
+    def available_memory_bytes(self) -> int | None:
+        return host_available_memory()
 
     def synchronize(self) -> None:
         return None

@@ -11,6 +11,8 @@ from .base import Backend, EnvPreset
 
 class MPSBackend(Backend):
     name: ClassVar[str] = "mps"
+    # SDPA on MPS falls back to the math kernel for most shapes/dtypes (full score matrix).
+    attention_materialises_scores: ClassVar[bool] = True
 
     @classmethod
     def is_available(cls) -> bool:
@@ -29,6 +31,16 @@ class MPSBackend(Backend):
         if mod is not None and hasattr(mod, "recommended_max_memory"):
             return int(mod.recommended_max_memory())
         return None
+
+    def available_memory_bytes(self) -> int | None:
+        """The Metal working-set budget minus what the driver already holds (memory is unified)."""
+        mod = getattr(torch, "mps", None)
+        if mod is None or not all(hasattr(mod, f) for f in ("recommended_max_memory", "driver_allocated_memory")):
+            return None
+        try:
+            return max(0, int(mod.recommended_max_memory()) - int(mod.driver_allocated_memory()))
+        except Exception:
+            return None
 
     def synchronize(self) -> None:
         torch.mps.synchronize()

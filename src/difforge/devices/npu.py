@@ -141,6 +141,9 @@ class NPUBackend(Backend):
     def total_memory_bytes(self) -> int | None:
         return int(self._npu().get_device_properties(self._idx).total_memory)
 
+    def _memory_index(self) -> Any:
+        return self._idx  # torch_npu's mem_get_info resolves an int itself (see the module docstring)
+
     def synchronize(self) -> None:
         self._npu().synchronize(self._idx)
 

@@ -8,6 +8,8 @@ build a different network from the one the reference runs.
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
@@ -29,6 +31,51 @@ TRANSFORMER_KEYS = (
     "lm_head_size",
     "bov_token_id",
 )
+
+#: Upper bounds of the integer keys, each far above any Qwen3 shape (the largest, Qwen3-235B, has
+#: hidden 4096, 94 layers, 64 heads; URSA-1.7B has vocab 282741).  They exist because the model is
+#: built from these numbers before any weight is read: ``num_hidden_layers: 1000000000`` would grow
+#: memory for hours without a message, and a shape big enough to overflow is never a real checkpoint.
+TRANSFORMER_INT_BOUNDS = {
+    "hidden_size": 65536,
+    "intermediate_size": 262144,
+    "num_attention_heads": 1024,
+    "num_key_value_heads": 1024,
+    "num_hidden_layers": 1024,
+    "max_window_layers": 1024,
+    "vocab_size": 1 << 24,
+    "lm_vocab_size": 1 << 24,
+    "lm_head_size": 1 << 24,
+    "bov_token_id": (1 << 24) - 1,
+}
+MAX_ROPE_THETA = 1e12
+_SOURCE = "transformer/config.json"
+
+
+def _shown(value: Any) -> str:
+    """A config value as the JSON file spells it (``true``, ``NaN``, ``64.5``), cut short."""
+    try:
+        return json.dumps(value)[:60]
+    except (TypeError, ValueError):
+        return repr(value)[:60]
+
+
+def check_int(data: dict[str, Any], key: str, low: int, high: int, source: str) -> None:
+    """Refuse a config value unless it is an integer (JSON ``true`` and ``2048.0`` are not) in [low, high]."""
+    value = data[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise CheckpointError(f"{source}: '{key}' must be an integer, got {_shown(value)}.")
+    if not low <= value <= high:
+        raise CheckpointError(f"{source}: '{key}' must be between {low} and {high}, got {value}.")
+
+
+def check_number(data: dict[str, Any], key: str, high: float, source: str) -> None:
+    """Refuse a config value unless it is a finite positive number (NaN and Infinity parse as JSON)."""
+    value = data[key]
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise CheckpointError(f"{source}: '{key}' must be a finite number, got {_shown(value)}.")
+    if not 0 < value <= high:
+        raise CheckpointError(f"{source}: '{key}' must be positive and at most {high:g}, got {value:g}.")
 
 
 @dataclass(frozen=True)
@@ -52,20 +99,26 @@ class URSATransformerConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> URSATransformerConfig:
-        """Read the declared keys; list the rest (``head_dim`` included) in ``ignored_keys``."""
+        """Read the declared keys; list the rest (``head_dim`` included) in ``ignored_keys``.
+
+        Every declared key is checked (type, range, the head divisibility Qwen3 shapes have) before
+        anything is built from it, so a hostile or mistyped number is one CheckpointError naming the
+        key and the file, not a crash deep in ``nn.Linear`` or a model that never finishes building.
+        """
         kwargs = {k: data[k] for k in TRANSFORMER_KEYS if k in data}
         ignored = tuple(sorted(k for k in data if k not in TRANSFORMER_KEYS and not k.startswith("_")))
         try:
             cfg = cls(**kwargs, ignored_keys=ignored)
         except TypeError as exc:
-            raise CheckpointError(f"transformer/config.json is malformed ({exc}).") from None
-        for name in TRANSFORMER_KEYS:
-            if not isinstance(getattr(cfg, name), int | float) or getattr(cfg, name) <= 0:
-                raise CheckpointError(f"transformer/config.json: '{name}' must be a positive number.")
+            raise CheckpointError(f"{_SOURCE} is malformed ({exc}).") from None
+        values = cfg.to_dict()
+        for name, high in TRANSFORMER_INT_BOUNDS.items():
+            check_int(values, name, 0 if name == "bov_token_id" else 1, high, _SOURCE)
+        check_number(values, "rope_theta", MAX_ROPE_THETA, _SOURCE)
         if cfg.num_attention_heads % cfg.num_key_value_heads:
-            raise CheckpointError(
-                "transformer/config.json: num_attention_heads must be a multiple of num_key_value_heads."
-            )
+            raise CheckpointError(f"{_SOURCE}: num_attention_heads must be a multiple of num_key_value_heads.")
+        if cfg.hidden_size % cfg.num_attention_heads:
+            raise CheckpointError(f"{_SOURCE}: hidden_size must be a multiple of num_attention_heads.")
         return cfg
 
     def to_dict(self) -> dict[str, Any]:
@@ -78,15 +131,44 @@ def vae_config_from_dict(cls: type[T], data: dict[str, Any], exclude: frozenset[
     """Build a VAE config from the keys its class declares (like the reference, which drops the rest).
 
     ``block_out_channels`` becomes a tuple; a wrongly typed key becomes one CheckpointError sentence.
+    Integer keys are bounded (:data:`VAE_INT_BOUNDS`) for the transformer's reason: the modules are
+    built from these numbers before a weight is read, so ``layers_per_block: 1e9`` must not get there.
     """
     names = set(cls.__dataclass_fields__) - exclude  # type: ignore[attr-defined]
     kwargs = {k: v for k, v in data.items() if k in names}
+    if "block_out_channels" in kwargs:
+        chans = kwargs["block_out_channels"]
+        if not isinstance(chans, list | tuple) or not 1 <= len(chans) <= 16 or any(
+            isinstance(c, bool) or not isinstance(c, int) or not 1 <= c <= 65536 for c in chans
+        ):
+            raise CheckpointError(
+                "vae/config.json is malformed (block_out_channels must be a list of 1 to 16 integers from 1 to"
+                f" 65536, got {repr(chans)[:80]})."
+            )
+        kwargs["block_out_channels"] = tuple(chans)
+    for key, high in VAE_INT_BOUNDS.items():
+        if key in kwargs:
+            check_int(kwargs, key, 1, high, "vae/config.json")
     try:
-        if "block_out_channels" in kwargs:
-            kwargs["block_out_channels"] = tuple(int(c) for c in kwargs["block_out_channels"])
         return cls(**kwargs)
     except (TypeError, ValueError) as exc:
         raise CheckpointError(f"vae/config.json is malformed ({exc}).") from None
+
+
+#: Bounds of the VAE configs' integer keys (IBQ and FSQ); real values are at most 131072 codes,
+#: 1024 channels, 4 layers per block, 49 sample frames.
+VAE_INT_BOUNDS = {
+    "in_channels": 64,
+    "out_channels": 64,
+    "layers_per_block": 64,
+    "latent_channels": 65536,
+    "num_vq_embeddings": 1 << 24,
+    "vq_embed_dim": 65536,
+    "temporal_stride": 64,
+    "spatial_stride": 256,
+    "sample_frames": 4096,
+    "patch_size": 64,
+}
 
 
 @dataclass(frozen=True)

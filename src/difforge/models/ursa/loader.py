@@ -3,7 +3,10 @@
 Components are found by the *class name* in ``model_index.json`` (the library element - a module
 path, ``__transformer__``, ``transformers`` ... - is ignored, and ``.py`` files in the folder are
 never imported).  Weights come only from safetensors and the scheduler's ``.pth`` is read
-statically.  Every problem is one :class:`~difforge.errors.CheckpointError` sentence.
+statically.  Every problem is one :class:`~difforge.errors.CheckpointError` sentence.  The folder
+is held to the same rules as a Qwen one (no ``auto_map``, string class names, weights of the
+expected dtype kind and finite), though nothing here would run its code anyway: a folder that asks
+for code is not one to trust with its weights either.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import torch
 from torch import nn
 
 from ...errors import CheckpointError, ModelFamilyError
-from ..checkpoint import load_component_state_dict, read_json
+from ..checkpoint import check_finite, config_class_names, config_files, load_component_state_dict, read_json
 from .config import SchedulerConfig, URSATransformerConfig, VQConfig, check_consistency
 from .pth import read_pth_tensors
 from .scheduler import DFMScheduler
@@ -51,7 +54,22 @@ def component_classes(folder: Path) -> dict[str, str]:
         if not (folder / name).is_dir():
             raise CheckpointError(f"Missing component folder {folder / name}.")
         out[name] = cls
+    check_configs(folder)
     return out
+
+
+def check_configs(folder: Path) -> None:
+    """No config may ask for code, and a component config's ``_class_name`` must be a class difforge knows.
+
+    transformers' class keys (tokenizer_class ...) only have to be strings: difforge reads the
+    tokenizer itself and never hands these configs to transformers.
+    """
+    for path in config_files(folder):
+        names = config_class_names(path, read_json(path))
+        allowed = COMPONENT_CLASSES.get(path.parent.name) if path.parent != folder else None
+        for key, name in names:
+            if key == "_class_name" and allowed is not None and name not in allowed:
+                raise CheckpointError(f"{path} names _class_name '{name}'; difforge knows {', '.join(allowed)} there.")
 
 
 def load_strict(module: nn.Module, state: dict[str, torch.Tensor], where: str) -> None:
@@ -68,6 +86,13 @@ def load_strict(module: nn.Module, state: dict[str, torch.Tensor], where: str) -
             raise CheckpointError(
                 f"{where} weight '{key}' has shape {tuple(state[key].shape)}, the config implies {tuple(ref.shape)}."
             )
+        if state[key].is_floating_point() != ref.is_floating_point():  # int8/bool where floats belong, or back
+            kind = "floating-point" if ref.is_floating_point() else str(ref.dtype).removeprefix("torch.")
+            raise CheckpointError(
+                f"{where} weight '{key}' has dtype {str(state[key].dtype).removeprefix('torch.')}; the model expects"
+                f" {kind} there."
+            )
+    check_finite(where, sorted(state.items()))
     module.load_state_dict(state, strict=True, assign=True)
     module.requires_grad_(False)
     module.eval()
@@ -108,6 +133,9 @@ class URSACheckpoint:
         return cls(folder, classes, tcfg, vcfg, scfg, emb, tokenizer)
 
     def load_transformer(self) -> URSATransformer:
+        from .memory import check_weights_fit  # host must hold both state dicts: refuse before building
+
+        check_weights_fit(self)
         with torch.device("meta"):
             model = URSATransformer(self.transformer_config)
         load_strict(model, load_component_state_dict(self.folder / "transformer"), str(self.folder / "transformer"))

@@ -61,7 +61,7 @@ StepHook = Callable[[int, dict[str, torch.Tensor], dict[str, torch.Tensor]], Non
 def _as_list(text: str | list[str] | tuple[str, ...] | None) -> list[str] | None:
     if text is None:
         return None
-    return [text] if isinstance(text, str) else list(text)
+    return [text] if isinstance(text, str | bytes) else list(text)  # bytes: one (bad) prompt, not a list of ints
 
 
 def _cpu_copy(x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -470,6 +470,9 @@ class URSAPipeline:
         latent_shape = self.latent_shape(cfg)
         steps = self.num_steps(cfg)
         self._flags(cfg)
+        from .memory import check_call_memory  # refuse a size that cannot fit, before allocating
+
+        check_call_memory(self, cfg, latent_shape, record)
         self._record_flags(cfg, record)
         generator = self.backend.generator(cfg.seed)
         self._move_transformer(self.device)

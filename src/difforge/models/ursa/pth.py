@@ -6,10 +6,20 @@ machine that understands containers, strings, numbers and symbolic references.  
 imported: the only ones accepted are the tensor-rebuild function, the typed storage classes and
 ``collections.OrderedDict``; anything else makes the file unreadable rather than executable.  Tensor
 bytes then come straight from ``<archive>/data/<key>``.
+
+Not executing the pickle is not enough: a 1.7 KB file can still describe a tensor that *reads* as
+gigabytes (a stride-0 view of one float, cloned into a huge shape) and a 1 MB deflate bomb inflates to
+a gigabyte.  So everything the file declares is bounded before anything is allocated: the member
+count, each member's uncompressed size and compression ratio, the total, every storage (its size must
+equal what the pickle says), every view (non-negative strides, inside its storage, a bounded shape
+product) -- and members are read through a size-limited stream that never returns more than the
+size the zip declares.  The limits are far above the real ``path.emb`` (131072 x 256 float32 =
+128 MiB for the largest known IBQ codebook).
 """
 
 from __future__ import annotations
 
+import math
 import pickletools
 import zipfile
 from dataclasses import dataclass
@@ -31,6 +41,20 @@ STORAGE_DTYPES = {
 _ALLOWED_GLOBALS = {("torch._utils", "_rebuild_tensor_v2"), ("collections", "OrderedDict")} | {
     ("torch", name) for name in STORAGE_DTYPES
 }
+_ITEMSIZE = {name: torch.empty(0, dtype=dtype).element_size() for name, dtype in STORAGE_DTYPES.items()}
+
+#: Limits on what a scheduler ``.pth`` may declare (see the module docstring for why each exists).
+MAX_FILE_BYTES = 2 << 30  # the file on disk
+MAX_MEMBERS = 256  # torch.save writes ~6 bookkeeping members plus one per storage
+MAX_PICKLE_BYTES = 1 << 20  # data.pkl of a dict of a few tensors is a few hundred bytes
+MAX_MEMBER_BYTES = 1 << 30  # one uncompressed member (a storage)
+MAX_TOTAL_BYTES = 1 << 30  # all storages together
+MAX_RATIO = 50  # uncompressed / compressed; torch.save stores members uncompressed (ratio 1)
+RATIO_FREE_BYTES = 1 << 20  # members smaller than this may compress as well as they like
+MAX_DIMS = 8
+#: A view may repeat storage elements (a stride of 0, overlapping strides) only up to this size: a
+#: broadcast bias is harmless, a 64 x 25M view of one float (6.4 GB when copied) is not.
+MAX_REPEAT_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -134,22 +158,110 @@ def _walk(program: bytes) -> Any:
     raise ValueError("pickle program has no STOP")
 
 
-def _tensor(call: Any, zf: zipfile.ZipFile, prefix: str) -> torch.Tensor:
+def _plain_int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or abs(value) > 2**62:
+        raise ValueError(f"{what} is not an integer of at most 62 bits")
+    return value
+
+
+def _dims(value: Any, what: str) -> tuple[int, ...]:
+    if not isinstance(value, tuple) or len(value) > MAX_DIMS:
+        raise ValueError(f"{what} is not a tuple of at most {MAX_DIMS} integers")
+    return tuple(_plain_int(v, what) for v in value)
+
+
+def _check_members(zf: zipfile.ZipFile) -> None:
+    """Refuse archives whose directory alone promises too much (count, sizes, compression ratio)."""
+    infos = zf.infolist()
+    if len(infos) > MAX_MEMBERS:
+        raise ValueError(f"{len(infos)} zip members (at most {MAX_MEMBERS})")
+    total = 0
+    for info in infos:
+        if info.file_size > MAX_MEMBER_BYTES:
+            raise ValueError(f"member {info.filename} declares {info.file_size} bytes (at most {MAX_MEMBER_BYTES})")
+        if info.file_size > RATIO_FREE_BYTES and info.file_size > MAX_RATIO * max(info.compress_size, 1):
+            raise ValueError(
+                f"member {info.filename} inflates {info.compress_size} bytes to {info.file_size} (a zip bomb?)"
+            )
+        total += info.file_size
+    if total > MAX_TOTAL_BYTES:
+        raise ValueError(f"members total {total} uncompressed bytes (at most {MAX_TOTAL_BYTES})")
+
+
+def _read_member(zf: zipfile.ZipFile, name: str, limit: int) -> bytearray:
+    """A member's bytes, at most ``limit`` and never more than its declared size (read in bounded chunks)."""
+    info = zf.getinfo(name)
+    if info.file_size > limit:
+        raise ValueError(f"member {name} declares {info.file_size} bytes (at most {limit})")
+    buf = bytearray(info.file_size)
+    view, got = memoryview(buf), 0
+    with zf.open(info) as fh:
+        while got < info.file_size:
+            n = fh.readinto(view[got : got + (16 << 20)])
+            if not n:
+                break
+            got += n
+        if got != info.file_size or fh.read(1):
+            raise ValueError(f"member {name} does not hold the {info.file_size} bytes its zip entry declares")
+    return buf
+
+
+def _tensor(call: Any, zf: zipfile.ZipFile, prefix: str, storages: dict[str, torch.Tensor]) -> torch.Tensor:
     if not (isinstance(call, _Call) and call.func == _Global("torch._utils", "_rebuild_tensor_v2")):
         raise ValueError("value is not a plain tensor")
+    if len(call.args) < 4:
+        raise ValueError("tensor rebuild call has too few arguments")
     pers, offset, size, stride = call.args[:4]
     if not isinstance(pers, _PersId) or not isinstance(pers.ref, tuple) or len(pers.ref) != 5:
         raise ValueError("tensor has no storage reference")
     kind, storage_cls, key, _location, numel = pers.ref
     if kind != "storage" or not isinstance(storage_cls, _Global) or storage_cls.name not in STORAGE_DTYPES:
         raise ValueError("unknown storage type")
-    dtype = STORAGE_DTYPES[storage_cls.name]
-    raw = zf.read(f"{prefix}data/{key}")
-    itemsize = torch.empty(0, dtype=dtype).element_size()
-    if len(raw) != numel * itemsize:
-        raise ValueError(f"storage {key} has {len(raw)} bytes, expected {numel * itemsize}")
-    flat = torch.frombuffer(bytearray(raw), dtype=dtype) if raw else torch.empty(0, dtype=dtype)
-    return flat.as_strided(tuple(size), tuple(stride), int(offset)).clone()
+    if not isinstance(key, str):
+        raise ValueError("storage key is not a string")
+    dtype, itemsize = STORAGE_DTYPES[storage_cls.name], _ITEMSIZE[storage_cls.name]
+    numel = _plain_int(numel, f"storage {key} size")
+    offset = _plain_int(offset, "storage offset")
+    size, stride = _dims(size, "tensor shape"), _dims(stride, "tensor strides")
+    if len(size) != len(stride):
+        raise ValueError(f"shape {size} and strides {stride} differ in length")
+    if numel < 0 or numel * itemsize > MAX_MEMBER_BYTES:
+        raise ValueError(f"storage {key} declares {numel} elements")
+    if any(s < 0 for s in size) or any(s < 0 for s in stride):
+        raise ValueError(f"tensor shape {size} / strides {stride} has a negative entry")
+    count = math.prod(size)
+    if not count:  # an empty view reads nothing, whatever its offset and strides
+        return torch.empty(size, dtype=dtype)
+    last = offset + sum((n - 1) * st for n, st in zip(size, stride, strict=True))
+    if offset < 0 or last >= numel:
+        raise ValueError(
+            f"tensor view (offset {offset}, shape {size}, strides {stride}) reaches element {last} "
+            f"of a {numel}-element storage"
+        )
+    if count > numel and count * itemsize > MAX_REPEAT_BYTES:
+        raise ValueError(f"tensor shape {size} repeats its {numel}-element storage (stride 0 or overlapping strides)")
+    member = f"{prefix}data/{key}"
+    flat = storages.get(member)
+    if flat is None:
+        if zf.getinfo(member).file_size != numel * itemsize:
+            raise ValueError(f"storage {key} has {zf.getinfo(member).file_size} bytes, expected {numel * itemsize}")
+        raw = _read_member(zf, member, MAX_MEMBER_BYTES)
+        flat = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
+        storages[member] = flat
+    elif flat.dtype != dtype or flat.numel() != numel:
+        raise ValueError(f"storage {key} is referenced with two different types or sizes")
+    if offset == 0 and count == numel and _is_contiguous(size, stride):
+        return flat.view(size)  # the whole storage in order (what torch.save writes): no second copy
+    return flat.as_strided(size, stride, offset).clone()  # bounded: inside the storage, repeats capped
+
+
+def _is_contiguous(size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
+    expected = 1
+    for n, st in zip(reversed(size), reversed(stride), strict=True):
+        if n != 1 and st != expected:
+            return False
+        expected *= n
+    return True
 
 
 def read_pth_tensors(path: Path) -> dict[str, torch.Tensor]:
@@ -157,17 +269,22 @@ def read_pth_tensors(path: Path) -> dict[str, torch.Tensor]:
     if not path.is_file():
         raise CheckpointError(f"Missing file {path}.")
     try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise ValueError(f"the file is larger than {MAX_FILE_BYTES} bytes")
         with zipfile.ZipFile(path) as zf:
+            _check_members(zf)
             pkl = [n for n in zf.namelist() if n.endswith("data.pkl") and n.count("/") == 1]
             if len(pkl) != 1:
                 raise ValueError("no single <archive>/data.pkl member (legacy non-zip .pth files are not read)")
             prefix = pkl[0][: -len("data.pkl")]
             order = f"{prefix}byteorder"
-            if order in zf.namelist() and zf.read(order).strip() != b"little":
+            if order in zf.namelist() and bytes(_read_member(zf, order, 64)).strip() != b"little":
                 raise ValueError("big-endian tensors are not supported")
-            root = _walk(zf.read(pkl[0]))
+            root = _walk(bytes(_read_member(zf, pkl[0], MAX_PICKLE_BYTES)))
             if not isinstance(root, dict):
                 raise ValueError("top-level object is not a dict")
-            return {str(k): _tensor(v, zf, prefix) for k, v in root.items()}
-    except (zipfile.BadZipFile, ValueError, KeyError, IndexError, TypeError, OSError) as exc:
+            storages: dict[str, torch.Tensor] = {}
+            return {str(k): _tensor(v, zf, prefix, storages) for k, v in root.items()}
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, KeyError, IndexError, TypeError, AttributeError,
+            OSError, EOFError, RecursionError) as exc:
         raise CheckpointError(f"{path} cannot be read as a plain tensor file ({exc}).") from None

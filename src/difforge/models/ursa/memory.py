@@ -1,0 +1,219 @@
+"""How much memory an URSA load and an URSA call need, estimated from the configs alone.
+
+Nothing here allocates a real tensor.  The parameter count comes from *one* decoder layer built on
+the meta device times ``num_hidden_layers`` plus the embeddings, final norm and ``lm_head`` (the
+layers are identical, so building all of them would only cost time), and the VAE is built on the
+meta device once.  The activation estimate of a call adds up the large tensors that are alive at
+the same time in its two heavy phases:
+
+* denoise - ``rows = batch x (2 with CFG)`` sequences of ``L = 320 text + 1 bov + N`` tokens, with
+  ``N = T x (H / stride) x (W / stride)``: one decoder layer's working set (the larger of the
+  attention and the SwiGLU MLP), the rotary table, attention scores ``rows x heads x L^2`` only on
+  backends whose attention kernel materialises them, and the sampler's logits: the previous step's
+  ``rows x N x K`` buffer is still referenced while the next forward writes a new one, and the
+  scheduler adds about three ``batch x N x K`` temporaries (softmaxes, distances).  Logits are
+  counted in float32 whatever the run dtype, because the multinomial/softmax temporaries may be.
+* decode - one sample (all its frames, or one temporal window for the FSQ VAE) through the VAE
+  decoder: per stage the input plus the ResBlock's norm/activation/conv temporaries, and the
+  nearest-neighbour upsample that holds both resolutions, in the decoder's dtype.
+
+Weights already on the device are *not* part of a call's need: the backend's available memory
+already excludes them.  :func:`check_weights_fit` checks them before loading instead, against the
+host, where ``load_component_state_dict`` always materialises the state dict in the file's dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from ...devices import Backend
+from ...devices.cpu import CPUBackend
+from ...runtime.memory import MemoryEstimate, check_memory
+from ..checkpoint import check_safetensors_header, weight_files
+from .config import URSATransformerConfig, VQConfig
+from .vae_fsq import FSQConfig
+
+if TYPE_CHECKING:
+    from ...config import RunConfig
+    from ...runtime.record import RunRecord
+    from .loader import URSACheckpoint
+    from .pipeline import URSAPipeline
+
+#: Bytes per element of the safetensors dtypes a checkpoint may store.
+SAFETENSORS_ITEMSIZE = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2,
+                        "I16": 2, "U16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I8": 1, "U8": 1, "BOOL": 1}
+LOGITS_ITEMSIZE = 4
+SCHEDULER_TEMPORARIES = 3  # batch x N x K buffers the scheduler step adds to the logits it is given
+
+
+def transformer_parameters(cfg: URSATransformerConfig) -> int:
+    """Parameter count of :class:`~.transformer.URSATransformer` for ``cfg``, from one meta layer."""
+    from ...ops import plain_ops
+    from .transformer import DecoderLayer
+
+    with torch.device("meta"):
+        layer = DecoderLayer(cfg, [plain_ops()])
+    per_layer = sum(p.numel() for p in layer.parameters())
+    h = cfg.hidden_size
+    return per_layer * cfg.num_hidden_layers + cfg.vocab_size * h + h + cfg.lm_head_size * h
+
+
+def vae_parameters(cfg: VQConfig | FSQConfig) -> int:
+    """Parameter count of the whole VAE (encoder included: it is loaded too), built on the meta device."""
+    from .vae import AutoencoderVQ
+    from .vae_fsq import AutoencoderVQCosmos3D
+
+    with torch.device("meta"):
+        vae = AutoencoderVQCosmos3D(cfg) if isinstance(cfg, FSQConfig) else AutoencoderVQ(cfg)
+    return sum(p.numel() for p in vae.parameters())
+
+
+def stored_itemsize(component: Path) -> int:
+    """The widest element size in a component's safetensors headers (4 when none can be read)."""
+    widest = 0
+    try:
+        for path in weight_files(component):
+            for key, meta in check_safetensors_header(path).items():
+                if key != "__metadata__" and isinstance(meta, dict):
+                    widest = max(widest, SAFETENSORS_ITEMSIZE.get(str(meta.get("dtype")), 4))
+    except Exception:  # an unreadable file is reported by the load itself, with its own message
+        return 4
+    return widest or 4
+
+
+def check_weights_fit(ckpt: URSACheckpoint, backend: Backend | None = None) -> MemoryEstimate:
+    """Before building anything: refuse when the host cannot hold the state dicts the load reads.
+
+    The count comes from the configs (so a config promising 1024 layers of width 65536 is refused
+    here, before the meta model or the reads), the element size from the files' headers.
+    """
+    host = backend or CPUBackend()
+    t_bytes = transformer_parameters(ckpt.transformer_config) * stored_itemsize(ckpt.folder / "transformer")
+    v_bytes = vae_parameters(ckpt.vae_config) * stored_itemsize(ckpt.folder / "vae")
+    estimate = MemoryEstimate(
+        what=f"Loading {ckpt.folder.name}",
+        device=str(host),
+        needed_bytes=t_bytes + v_bytes,
+        parts={"transformer_weights": t_bytes, "vae_weights": v_bytes},
+    )
+    return check_memory(host, estimate, "use a machine with more host memory", key="load")
+
+
+# ---- activations --------------------------------------------------------------------------------
+
+
+def transformer_forward_bytes(cfg: URSATransformerConfig, rows: int, length: int, itemsize: int,
+                              scores_materialised: bool) -> dict[str, int]:
+    """The working set of one decoder layer on ``rows x length`` tokens (hidden states included)."""
+    h, i, nh, nkv, d = (cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads,
+                        cfg.num_key_value_heads, cfg.head_dim)
+    tokens = rows * length
+    attention = 2 * h + 4 * nh * d + 4 * nkv * d  # x, normed x, q/k/v through norm and rotary, output
+    mlp = 2 * h + 4 * i  # x, normed x, gate, up, silu(gate), product
+    parts = {
+        "layer_working_set": tokens * max(attention, mlp) * itemsize,
+        "rope_table": 4 * length * d * itemsize,
+    }
+    if scores_materialised:
+        parts["attention_scores"] = 2 * rows * nh * length * length * itemsize
+    return parts
+
+
+def _decoder_stages(cfg: VQConfig | FSQConfig) -> list[tuple[int, int, int, int, int]]:
+    """``(c_in, c_out, resnets, spatial_up, temporal_up)`` per decoder stage, mid block first."""
+    ch = list(reversed(cfg.block_out_channels))
+    depth = cfg.layers_per_block + 1
+    stages = [(ch[0], ch[0], 2, 1, 1)]  # conv_in output through the mid block
+    if isinstance(cfg, FSQConfig):
+        for i, up in enumerate(cfg.up_layout()):
+            stages.append((ch[max(i - 1, 0)], ch[i], depth, max(up[0], 1) if up else 1, max(up[1], 1) if up else 1))
+    else:
+        for i, c in enumerate(ch):
+            stages.append((ch[max(i - 1, 0)], c, depth, 2 if i < len(ch) - 1 else 1, 1))
+    return stages
+
+
+def vae_decode_bytes(cfg: VQConfig | FSQConfig, latent_shape: tuple[int, int, int], itemsize: int,
+                     scores_materialised: bool) -> int:
+    """Peak of decoding one sample: the largest stage working set, in the decoder's dtype."""
+    t, h, w = latent_shape
+    if isinstance(cfg, FSQConfig):
+        frames, voxels = 1, min(t, cfg.window) * h * w  # one temporal window per decoder call
+    else:
+        frames, voxels = t, h * w  # IBQ frames decode as one batch
+    peak = 0
+    for idx, (c_in, c_out, _depth, s_up, t_up) in enumerate(_decoder_stages(cfg)):
+        # input, norm/silu/conv temporaries, output and the convolution's workspace (measured on the CPU:
+        # about six full-width tensors at the last stage of tiny-ursa's decoder at 2048x2048)
+        resblock = (c_in + 5 * c_out + (c_out if c_in != c_out else 0)) * voxels
+        stage = resblock
+        attn = idx <= 1 and isinstance(cfg, VQConfig) and (idx == 0 or cfg.attn_up_block)
+        if attn:
+            stage = max(stage, 6 * c_out * voxels + (voxels * voxels if scores_materialised else 0))
+        grow = s_up * s_up * t_up
+        if grow > 1:
+            stage = max(stage, c_out * voxels + 2 * c_out * voxels * grow)  # input, upsampled, conv out
+            voxels *= grow
+        peak = max(peak, stage)
+    last = cfg.block_out_channels[1] if isinstance(cfg, FSQConfig) else cfg.block_out_channels[0]
+    patch = cfg.patch_size**3 if isinstance(cfg, FSQConfig) else 1
+    head = 3 * last * voxels + 2 * 3 * patch * voxels  # norm, silu, conv_out; pixels and their uint8 copy
+    return frames * max(peak, head) * itemsize
+
+
+def activation_parts(tcfg: URSATransformerConfig, vcfg: VQConfig | FSQConfig, latent_shape: tuple[int, int, int],
+                     batch: int, guided: bool, dtype: torch.dtype, text_len: int = 320,
+                     scores_materialised: bool = False) -> dict[str, int]:
+    """The terms of a call's estimate (bytes); ``denoise_peak`` and ``vae_decode_peak`` are the two phases."""
+    rows = batch * (2 if guided else 1)
+    n_img = math.prod(latent_shape)
+    k = tcfg.lm_head_size
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    forward = transformer_forward_bytes(tcfg, rows, text_len + 1 + n_img, itemsize, scores_materialised)
+    logits = rows * n_img * k * LOGITS_ITEMSIZE
+    sampler = SCHEDULER_TEMPORARIES * batch * n_img * k * LOGITS_ITEMSIZE
+    dec_dtype = getattr(torch, vcfg.decoder_dtype) if vcfg.decoder_dtype else dtype
+    decode = vae_decode_bytes(vcfg, latent_shape, torch.empty(0, dtype=dec_dtype).element_size(), scores_materialised)
+    return {
+        **forward,
+        "logits": logits,
+        "scheduler_temporaries": sampler,
+        "denoise_peak": logits + max(sum(forward.values()) + logits, sampler),
+        "vae_decode_peak": decode,
+    }
+
+
+def call_estimate(pipe: URSAPipeline, cfg: RunConfig, latent_shape: tuple[int, int, int]) -> MemoryEstimate:
+    """What one ``pipe(cfg)`` call needs on the pipeline's device beyond the weights it already holds there."""
+    from .pipeline import _as_list
+
+    batch = len(_as_list(cfg.prompt) or [""])
+    parts = activation_parts(pipe.transformer.config, pipe.checkpoint.vae_config, latent_shape, batch,
+                             cfg.guidance > 1, pipe.dtype, pipe.tokenizer.max_length,
+                             pipe.backend.attention_materialises_scores)
+    weights = sum(p.numel() * p.element_size() for p in pipe.transformer.parameters())
+    parts["resident_transformer_weights"] = weights  # already allocated: not part of the need
+    if pipe._transformer_device != pipe.device:  # offloaded by the previous call: it comes back first
+        parts["denoise_peak"] += weights
+    if pipe._vae_device != pipe.device:  # offload "model": the VAE comes back for the decode
+        parts["vae_decode_peak"] += sum(p.numel() * p.element_size() for m in (pipe.vae.decoder, pipe.vae.post_quant_conv)
+                                        for p in m.parameters())
+    height, width = latent_shape[1] * pipe.spatial_stride, latent_shape[2] * pipe.spatial_stride
+    what = f"{Path(cfg.model).name or pipe.checkpoint.folder.name} at {height}x{width}"
+    if cfg.num_frames > 1:
+        what += f" with {cfg.num_frames} frames"
+    if batch > 1:
+        what += f" for {batch} prompts"
+    return MemoryEstimate(what=what, device=str(pipe.backend), parts=parts,
+                          needed_bytes=max(parts["denoise_peak"], parts["vae_decode_peak"]))
+
+
+def check_call_memory(pipe: URSAPipeline, cfg: RunConfig, latent_shape: tuple[int, int, int],
+                      record: RunRecord | None) -> MemoryEstimate:
+    """Refuse a call whose activations cannot fit on the device, before it allocates anything."""
+    return check_memory(pipe.backend, call_estimate(pipe, cfg, latent_shape),
+                        "reduce --height/--width" + (" or --num-frames" if cfg.num_frames > 1 else ""), record)
