@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shutil
 import tempfile
 from pathlib import Path
@@ -235,23 +234,13 @@ def video_cases(scratch: Path) -> dict[str, np.ndarray]:
 
 # ------------------------------------------------------------------------------------------ FSQ decode
 def difforge_fsq(patch_size: int):
-    """difforge's tiny FSQ VAE with deterministic fan-in-scaled weights, and ids [1, 7, 3, 4].
+    """difforge's tiny FSQ VAE and ids: ``model`` of tests/models/ursa/test_vae_fsq.py, the one recipe."""
+    import sys
 
-    The same draws, in the same order, as ``model`` in tests/models/ursa/test_vae_fsq.py.
-    """
-    from difforge.models.ursa.vae_fsq import AutoencoderVQCosmos3D, FSQConfig
+    sys.path.insert(0, str(REPO))
+    from tests.models.ursa.test_vae_fsq import model
 
-    vae = AutoencoderVQCosmos3D(FSQConfig(**FSQ_TINY, patch_size=patch_size)).eval()
-    g = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for name, p in vae.named_parameters():
-            if name.endswith("bias"):
-                p.copy_(torch.randn(p.shape, generator=g) * 0.02)
-            elif p.dim() == 1:
-                p.copy_(1 + 0.1 * torch.randn(p.shape, generator=g))
-            else:
-                p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(math.prod(p.shape[1:])))
-    return vae, torch.randint(0, 64000, (1, 7, 3, 4), generator=g)
+    return model(patch_size)
 
 
 def reference_fsq(difforge_vae: torch.nn.Module, patch_size: int, scratch: Path) -> torch.nn.Module:
