@@ -34,7 +34,7 @@ test: $(STAMP)
 test-parity: $(STAMP)
 	@for cap in $$($(PY) scripts/cpu_capabilities.py); do \
 	  echo "parity tests with ATEN_CPU_CAPABILITY=$$cap"; \
-	  ATEN_CPU_CAPABILITY=$$cap DIFFORGE_HOME=$(CURDIR)/.difforge-home-$$cap $(PY) -m pytest -n 2 -q -p no:cacheprovider $(PARITY_TESTS) || exit 1; \
+	  ATEN_CPU_CAPABILITY=$$cap DIFFORGE_HOME=$(CURDIR)/.difforge-home-$$cap $(PY) -m pytest -n 2 -p no:cacheprovider $(PARITY_TESTS) || exit 1; \
 	done
 
 lint: $(STAMP)
