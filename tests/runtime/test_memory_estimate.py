@@ -189,3 +189,63 @@ def test_tiny_sizes_scale_and_the_video_vae_is_estimated() -> None:
     fcfg = FSQConfig.from_dict(json.loads((video / "vae" / "config.json").read_text()))
     parts = activation_parts(tcfg, fcfg, (3, 8, 8), 1, True, torch.float32)
     assert parts["vae_decode_peak"] > 0
+
+
+# ---- the diffusers-style call and the held dtype -------------------------------------------------
+
+
+def test_generate_call_is_checked_too(available, no_denoise) -> None:
+    """``pipe.generate(...)`` (the reference's call) is refused like ``pipe(cfg)``, batch included."""
+    from difforge.config import RunConfig
+    from difforge.models.ursa.memory import call_estimate
+
+    available(8 * GIB)
+    folder = ensure_tiny("tiny-ursa")
+    pipe = URSAPipeline.from_pretrained(folder, CPUBackend(), torch.float32)
+    with pytest.raises(DeviceOutOfMemoryError) as info:
+        pipe.generate("x", height=4096, width=4096, num_inference_steps=2)
+    assert str(info.value).startswith(f"{folder.name} at 4096x4096 needs about "), str(info.value)
+    available(1 << 20)  # any call is refused now; the message names the batch the call would denoise
+    with pytest.raises(DeviceOutOfMemoryError) as info:
+        pipe.generate(["x", "y"], height=64, width=64, num_inference_steps=2, num_images_per_prompt=2)
+    assert " at 64x64 for a batch of 4 needs about " in str(info.value), str(info.value)
+    cfg = RunConfig(model="", height=1024, width=1024)
+    one, four = (call_estimate(pipe, cfg, pipe.latent_shape(cfg), batch=b).parts["logits"] for b in (1, 4))
+    assert four == 4 * one
+
+
+def _bf16_copy(tmp_path: Path) -> Path:
+    """tiny-ursa with its transformer and VAE stored in bfloat16 (like the published checkpoints)."""
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "tiny-ursa-bf16"
+    shutil.copytree(ensure_tiny("tiny-ursa"), folder)
+    for path in [*folder.glob("transformer/*.safetensors"), *folder.glob("vae/*.safetensors")]:
+        state = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in load_file(path).items()}
+        save_file(state, path)
+    return folder
+
+
+def test_load_counts_weights_in_the_dtype_they_are_held(tmp_path: Path, available,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bf16 checkpoint run in float32 on the CPU holds twice its file size; the load check must say so."""
+    from difforge.models.ursa.loader import URSACheckpoint
+    from difforge.models.ursa.memory import check_weights_fit
+    from difforge.runtime.record import RunRecord
+
+    folder = _bf16_copy(tmp_path)
+    ckpt = URSACheckpoint.read_configs(folder)
+    available(1 << 40)
+    in_file, as_fp32 = (check_weights_fit(ckpt, d).needed_bytes for d in (torch.bfloat16, torch.float32))
+    assert as_fp32 == 2 * in_file and check_weights_fit(ckpt).needed_bytes == in_file
+    available((in_file + as_fp32) // 2)  # room for the file's bf16, not for the float32 copy
+    built = []
+    monkeypatch.setattr(transformer_mod.URSATransformer, "__init__",
+                        lambda self, *a, **k: built.append(1) or (_ for _ in ()).throw(AssertionError("built")))
+    record = RunRecord("generate")
+    with pytest.raises(DeviceOutOfMemoryError) as info:
+        URSAPipeline.from_pretrained(folder, CPUBackend(), torch.float32, record=record)
+    assert str(info.value).startswith(f"Loading tiny-ursa-bf16 needs about {format_bytes(as_fp32)} on cpu")
+    assert "use --dtype bfloat16 or a machine with more host memory" in str(info.value)
+    assert built == [] and record.extra["memory_estimate"]["load"]["needed_bytes"] == as_fp32
+    assert check_weights_fit(ckpt, torch.bfloat16).checked  # the file's own dtype still fits

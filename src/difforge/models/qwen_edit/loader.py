@@ -31,6 +31,8 @@ from .fp8 import Fp8FileInfo, Fp8Linear, fp8_name, load_transformer_file, module
 if TYPE_CHECKING:
     from diffusers import DiffusionPipeline
 
+    from ...config import RunConfig
+
 
 @dataclass
 class LoadedPipeline:
@@ -77,18 +79,29 @@ def load_pipeline(
     transformer_file: str | None = None,
     quiet: bool = False,
     transformer_device: torch.device | str = "cpu",
+    backend: Backend | None = None,
+    cfg: RunConfig | None = None,
 ) -> LoadedPipeline:
     """Check ``folder`` and load its edit pipeline on the CPU in ``dtype`` (fp8 transformer if given).
 
     A transformer-only file is read straight onto ``transformer_device`` (safetensors loads each
     tensor there; nothing is staged in host memory beyond the mmap), so an fp8 file never exists as
     a host copy plus a device copy.  The folder's own components load on the CPU and move later.
+    Before any weight is read, the memory the load and ``cfg``'s size will need on ``backend`` (the
+    host when None) is estimated from the configs, and a load that cannot fit is refused
+    (:func:`.memory.check_load_memory`): otherwise 58 GB would be read before the out-of-memory.
     """
     import diffusers
+
+    from ...config import RunConfig
+    from ..registry import QWEN_EDIT_PLUS
+    from .memory import check_load_memory
 
     apply_processor_shim()
     folder = Path(folder)
     checked = check_model_folder(folder, skip_weights=frozenset({"transformer"}) if transformer_file else frozenset())
+    check_load_memory(folder, backend, dtype, cfg or RunConfig(model=str(folder)), checked.family == QWEN_EDIT_PLUS,
+                      record, transformer_file)
     cls = getattr(diffusers, checked.pipeline_class)
     components: dict[str, Any] = {}
     info: Fp8FileInfo | None = None

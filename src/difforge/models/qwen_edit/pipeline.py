@@ -115,7 +115,8 @@ class QwenEditPipeline:
         direct = backend.device if cfg.offload in ("none", "before-decode") else "cpu"
         with record.phase("load", backend):
             loaded = load_pipeline(
-                folder, dtype, record, transformer_file=cfg.transformer_file, quiet=cfg.quiet, transformer_device=direct
+                folder, dtype, record, transformer_file=cfg.transformer_file, quiet=cfg.quiet, transformer_device=direct,
+                backend=backend, cfg=cfg,
             )
             pipe = loaded.pipe
             settings = EditSettings.from_folder(folder)
@@ -395,8 +396,11 @@ class QwenEditPipeline:
     ) -> list[PIL.Image.Image]:
         images = check_images(images, self.plus)
         steps = self._steps(cfg)
-        self._size(cfg, images)  # size errors before any work
+        height, width = self._size(cfg, images)  # size errors before any work
         self.configure(cfg, record)
+        from .memory import check_call_memory  # refuse a size that cannot fit, before anything is allocated
+
+        check_call_memory(self, cfg, images, height, width, record)
         self._restore_after_release()
         with record.phase("encode", self.backend):
             prepared = self._prepare(cfg, images, generator)

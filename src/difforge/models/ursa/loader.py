@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -26,6 +27,10 @@ from .tokenizer import PromptTokenizer
 from .transformer import URSATransformer
 from .vae import AutoencoderVQ
 from .vae_fsq import AutoencoderVQCosmos3D, FSQConfig
+
+if TYPE_CHECKING:
+    from ...devices import Backend
+    from ...runtime.record import RunRecord
 
 COMPONENT_CLASSES = {
     "transformer": ("URSATransformer3DModel",),
@@ -132,10 +137,16 @@ class URSACheckpoint:
             )
         return cls(folder, classes, tcfg, vcfg, scfg, emb, tokenizer)
 
-    def load_transformer(self) -> URSATransformer:
+    def load_transformer(self, dtype: torch.dtype | None = None, backend: Backend | None = None,
+                         record: RunRecord | None = None) -> URSATransformer:
+        """The transformer in the file's dtype on the CPU, after checking the load can fit at all.
+
+        ``dtype``/``backend``: what the caller will convert it to and where, so the check counts the
+        weights as they will be held (a bf16 file run in float32 on the CPU holds twice its size).
+        """
         from .memory import check_weights_fit  # host must hold both state dicts: refuse before building
 
-        check_weights_fit(self)
+        check_weights_fit(self, dtype, backend, record)
         with torch.device("meta"):
             model = URSATransformer(self.transformer_config)
         load_strict(model, load_component_state_dict(self.folder / "transformer"), str(self.folder / "transformer"))

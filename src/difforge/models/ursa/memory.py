@@ -18,8 +18,9 @@ the same time in its two heavy phases:
   nearest-neighbour upsample that holds both resolutions, in the decoder's dtype.
 
 Weights already on the device are *not* part of a call's need: the backend's available memory
-already excludes them.  :func:`check_weights_fit` checks them before loading instead, against the
-host, where ``load_component_state_dict`` always materialises the state dict in the file's dtype.
+already excludes them.  :func:`check_weights_fit` checks them before loading instead: against the
+host, where ``load_component_state_dict`` materialises the state dict in the file's dtype (and, on
+the CPU, the modules are converted to the run dtype), and on an accelerator against the device too.
 """
 
 from __future__ import annotations
@@ -64,12 +65,18 @@ def transformer_parameters(cfg: URSATransformerConfig) -> int:
 
 def vae_parameters(cfg: VQConfig | FSQConfig) -> int:
     """Parameter count of the whole VAE (encoder included: it is loaded too), built on the meta device."""
+    return vae_counts(cfg)[0]
+
+
+def vae_counts(cfg: VQConfig | FSQConfig) -> tuple[int, int]:
+    """(all VAE parameters, those the pipeline puts on the device: quantizer, post_quant_conv, decoder)."""
     from .vae import AutoencoderVQ
     from .vae_fsq import AutoencoderVQCosmos3D
 
     with torch.device("meta"):
         vae = AutoencoderVQCosmos3D(cfg) if isinstance(cfg, FSQConfig) else AutoencoderVQ(cfg)
-    return sum(p.numel() for p in vae.parameters())
+    on_device = sum(p.numel() for m in (vae.quantizer, vae.post_quant_conv, vae.decoder) for p in m.parameters())
+    return sum(p.numel() for p in vae.parameters()), on_device
 
 
 def stored_itemsize(component: Path) -> int:
@@ -85,22 +92,46 @@ def stored_itemsize(component: Path) -> int:
     return widest or 4
 
 
-def check_weights_fit(ckpt: URSACheckpoint, backend: Backend | None = None) -> MemoryEstimate:
-    """Before building anything: refuse when the host cannot hold the state dicts the load reads.
+def check_weights_fit(ckpt: URSACheckpoint, dtype: torch.dtype | None = None, backend: Backend | None = None,
+                      record: RunRecord | None = None) -> MemoryEstimate:
+    """Before building anything: refuse when the host (or the device) cannot hold the weights the load makes.
 
     The count comes from the configs (so a config promising 1024 layers of width 65536 is refused
-    here, before the meta model or the reads), the element size from the files' headers.
+    here, before the meta model or the reads).  The host first holds the state dicts in the files'
+    dtype (their headers say which); the modules are then kept in ``dtype``, the run dtype (None:
+    the files' own).  On the CPU that conversion happens in host memory, so the wider of the two is
+    what the host must hold: a bf16 checkpoint run in float32 needs twice its file size, which a
+    count in the file's dtype would miss.  On an accelerator the host holds the files' dtype and
+    the device the transformer and the decoder side of the VAE in the run dtype; both are checked.
     """
-    host = backend or CPUBackend()
-    t_bytes = transformer_parameters(ckpt.transformer_config) * stored_itemsize(ckpt.folder / "transformer")
-    v_bytes = vae_parameters(ckpt.vae_config) * stored_itemsize(ckpt.folder / "vae")
+    device = backend or CPUBackend()
+    on_cpu = device.device.type == "cpu"
+    host = device if on_cpu else CPUBackend()
+    held = 0 if dtype is None else torch.empty(0, dtype=dtype).element_size()
+    dec = getattr(torch, ckpt.vae_config.decoder_dtype) if ckpt.vae_config.decoder_dtype else dtype
+    dec_held = 0 if dec is None else torch.empty(0, dtype=dec).element_size()
+    t_params = transformer_parameters(ckpt.transformer_config)
+    v_params, v_device = vae_counts(ckpt.vae_config)
+    t_file, v_file = stored_itemsize(ckpt.folder / "transformer"), stored_itemsize(ckpt.folder / "vae")
+    t_host = t_params * (max(t_file, held) if on_cpu else t_file)
+    v_host = v_params * (max(v_file, held, dec_held) if on_cpu else v_file)
+    name = ckpt.folder.name
+    hint = "use a machine with more host memory"
+    if on_cpu and held > min(t_file, v_file):
+        hint = f"use --dtype {'bfloat16' if min(t_file, v_file) == 2 else 'float16'} or a machine with more host memory"
     estimate = MemoryEstimate(
-        what=f"Loading {ckpt.folder.name}",
+        what=f"Loading {name}",
         device=str(host),
-        needed_bytes=t_bytes + v_bytes,
-        parts={"transformer_weights": t_bytes, "vae_weights": v_bytes},
+        needed_bytes=t_host + v_host,
+        parts={"transformer_weights": t_host, "vae_weights": v_host},
     )
-    return check_memory(host, estimate, "use a machine with more host memory", key="load")
+    checked = check_memory(host, estimate, hint, record, key="load" if on_cpu else "load_host")
+    if on_cpu:
+        return checked
+    t_dev, v_dev = t_params * (held or t_file), v_device * (dec_held or v_file)
+    on_device = MemoryEstimate(what=f"Loading {name}", device=str(device), needed_bytes=t_dev + v_dev,
+                               parts={"transformer_weights": t_dev, "vae_weights": v_dev})
+    return check_memory(device, on_device, "use a smaller --dtype or a device with more memory", record, key="load")
 
 
 # ---- activations --------------------------------------------------------------------------------
@@ -187,11 +218,16 @@ def activation_parts(tcfg: URSATransformerConfig, vcfg: VQConfig | FSQConfig, la
     }
 
 
-def call_estimate(pipe: URSAPipeline, cfg: RunConfig, latent_shape: tuple[int, int, int]) -> MemoryEstimate:
-    """What one ``pipe(cfg)`` call needs on the pipeline's device beyond the weights it already holds there."""
+def call_estimate(pipe: URSAPipeline, cfg: RunConfig, latent_shape: tuple[int, int, int],
+                  batch: int | None = None) -> MemoryEstimate:
+    """What one ``pipe(cfg)`` call needs on the pipeline's device beyond the weights it already holds there.
+
+    ``batch``: the rows the call denoises when ``cfg.prompt`` does not say (``generate``'s
+    ``num_images_per_prompt`` repeats each prompt).
+    """
     from .pipeline import _as_list
 
-    batch = len(_as_list(cfg.prompt) or [""])
+    batch = batch if batch is not None else len(_as_list(cfg.prompt) or [""])
     parts = activation_parts(pipe.transformer.config, pipe.checkpoint.vae_config, latent_shape, batch,
                              cfg.guidance > 1, pipe.dtype, pipe.tokenizer.max_length,
                              pipe.backend.attention_materialises_scores)
@@ -207,13 +243,13 @@ def call_estimate(pipe: URSAPipeline, cfg: RunConfig, latent_shape: tuple[int, i
     if cfg.num_frames > 1:
         what += f" with {cfg.num_frames} frames"
     if batch > 1:
-        what += f" for {batch} prompts"
+        what += f" for a batch of {batch}"
     return MemoryEstimate(what=what, device=str(pipe.backend), parts=parts,
                           needed_bytes=max(parts["denoise_peak"], parts["vae_decode_peak"]))
 
 
 def check_call_memory(pipe: URSAPipeline, cfg: RunConfig, latent_shape: tuple[int, int, int],
-                      record: RunRecord | None) -> MemoryEstimate:
+                      record: RunRecord | None, batch: int | None = None) -> MemoryEstimate:
     """Refuse a call whose activations cannot fit on the device, before it allocates anything."""
-    return check_memory(pipe.backend, call_estimate(pipe, cfg, latent_shape),
+    return check_memory(pipe.backend, call_estimate(pipe, cfg, latent_shape, batch),
                         "reduce --height/--width" + (" or --num-frames" if cfg.num_frames > 1 else ""), record)

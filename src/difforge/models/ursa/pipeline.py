@@ -125,7 +125,7 @@ class URSAPipeline:
         with record.phase("load", backend):
             ckpt = URSACheckpoint.read_configs(folder)
             ops = select_ops(backend, dtype, op_overrides)
-            transformer = ckpt.load_transformer().to(device=backend.device, dtype=dtype)
+            transformer = ckpt.load_transformer(dtype, backend, record).to(device=backend.device, dtype=dtype)
             transformer.set_ops(ops)
             vae = ckpt.load_vae()
             vae.index_dtype = ops.index_dtype
@@ -440,6 +440,9 @@ class URSAPipeline:
         latent_shape = self.latent_shape(cfg)
         steps = self.num_steps(cfg)
         self._flags(cfg)
+        from .memory import check_call_memory  # the same refusal as pipe(cfg): before anything is allocated
+
+        check_call_memory(self, cfg, latent_shape, None, batch=len(_as_list(prompt) or [""]) * num_images_per_prompt)
         self.set_compile(False)  # this call promises the reference's exact arithmetic
         generator = generator if generator is not None else torch.Generator().manual_seed(torch.seed())
         self._move_transformer(self.device)
