@@ -17,6 +17,23 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 
 @pytest.fixture
+def available(monkeypatch: pytest.MonkeyPatch):
+    """``available(8 * 2**30)``: the memory the CPU backend reports from now on (None = cannot say).
+
+    Memory-estimate tests set it so they never depend on this machine's RAM.
+    """
+    from difforge.devices.cpu import CPUBackend
+    from difforge.runtime.memory import SKIP_ENV
+
+    monkeypatch.delenv(SKIP_ENV, raising=False)
+
+    def set_to(n: int | None) -> None:
+        monkeypatch.setattr(CPUBackend, "available_memory_bytes", lambda self: n)
+
+    return set_to
+
+
+@pytest.fixture
 def tmp_out(tmp_path: Path) -> Path:
     out = tmp_path / "out"
     out.mkdir()

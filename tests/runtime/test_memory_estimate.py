@@ -35,17 +35,6 @@ runner = CliRunner()
 
 
 @pytest.fixture
-def available(monkeypatch: pytest.MonkeyPatch):
-    """``available(8 * GIB)``: what the CPU backend reports from now on (None = cannot say)."""
-    monkeypatch.delenv(SKIP_ENV, raising=False)
-
-    def set_to(n: int | None) -> None:
-        monkeypatch.setattr(CPUBackend, "available_memory_bytes", lambda self: n)
-
-    return set_to
-
-
-@pytest.fixture
 def no_denoise(monkeypatch: pytest.MonkeyPatch) -> None:
     """A refused call must never reach the denoiser (where a 4096x4096 tiny-ursa run spends hours)."""
 

@@ -27,7 +27,7 @@ from difforge.models.qwen_edit import memory as mem
 from difforge.models.qwen_edit.components import gradient_image
 from difforge.models.qwen_edit.settings import EditSettings
 from difforge.models.tiny import ensure_tiny
-from difforge.runtime.memory import SKIP_ENV, format_bytes
+from difforge.runtime.memory import format_bytes
 from difforge.runtime.record import RunRecord
 
 GIB = 1 << 30
@@ -54,17 +54,6 @@ def real_text_config():
                        "window_size": 112, "fullatt_block_indexes": [7, 15, 23, 31]},
         tie_word_embeddings=False,
     )
-
-
-@pytest.fixture
-def available(monkeypatch: pytest.MonkeyPatch):
-    """``available(8 * GIB)``: what the CPU backend reports from now on."""
-    monkeypatch.delenv(SKIP_ENV, raising=False)
-
-    def set_to(n: int | None) -> None:
-        monkeypatch.setattr(CPUBackend, "available_memory_bytes", lambda self: n)
-
-    return set_to
 
 
 @pytest.fixture(scope="module")
