@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from ...config import OFFLOAD_PLANS  # leanest last: a refusal suggests the first later plan that fits
 from ...devices import Backend
 from ...devices.cpu import CPUBackend
 from ...errors import DifforgeError
@@ -69,8 +70,6 @@ if TYPE_CHECKING:
     from .pipeline import QwenEditPipeline
     from .settings import EditSettings
 
-#: The plans, leanest last; a refusal suggests the first later one that fits.
-LADDER = ("none", "before-decode", "model", "sequential")
 #: Hidden-sized (tokens x dim) tensors alive at the peak of one transformer block: the block's
 #: input, normed and modulated streams, q/k/v and their RoPE'd and concatenated copies, the float32
 #: RoPE temporaries, the attention output and projection; the MLP phase (4x-wide projection and
@@ -507,7 +506,7 @@ def plan_total(plan: str, w: Weights, parts: dict[str, int], on_cpu: bool) -> in
 
 def _options(plan: str, tiling: bool, on_cpu: bool) -> list[tuple[str, bool]]:
     """Leaner settings to suggest, cheapest change first (offload plans only on accelerators)."""
-    plans = [] if on_cpu else list(LADDER[LADDER.index(plan) + 1:]) if plan in LADDER else []
+    plans = [] if on_cpu else list(OFFLOAD_PLANS[OFFLOAD_PLANS.index(plan) + 1:]) if plan in OFFLOAD_PLANS else []
     out = [] if tiling else [(plan, True)]
     out += [(p, tiling) for p in plans]
     out += [] if tiling else [(p, True) for p in plans]
