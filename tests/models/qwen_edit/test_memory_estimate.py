@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from difforge import api
 from difforge.cli import app
-from difforge.config import RunConfig
+from difforge.config import OFFLOAD_PLANS, RunConfig
 from difforge.devices.cpu import CPUBackend
 from difforge.errors import DeviceOutOfMemoryError
 from difforge.models.qwen_edit import QwenEditPipeline
@@ -196,7 +196,7 @@ def full_size_report(dtype: torch.dtype = torch.bfloat16, fp8: bool = False, til
     shapes = mem.shapes_for(cfg, EditSettings(), plus, 1024, 1024)
     parts = mem.activation_parts(REAL_TRANSFORMER, te, REAL_VAE, shapes, REAL_PROCESSOR, dtype,
                                  mem.tiling_settings() if tiling else None, False, w.fp8_layer)
-    return {**{p: mem.plan_total(p, w, parts, on_cpu=False) for p in mem.LADDER}, **w.parts(),
+    return {**{p: mem.plan_total(p, w, parts, on_cpu=False) for p in OFFLOAD_PLANS}, **w.parts(),
             **{k: parts[k] for k in mem.PHASES}}
 
 
