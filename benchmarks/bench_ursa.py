@@ -103,7 +103,7 @@ def random_transformer(cfg: URSATransformerConfig, backend: Backend, dtype: torc
                 std = 1.0 if "embed" in name else (4.0 if name.startswith("lm_head") else 1.0) / math.sqrt(p.shape[1])
                 p.normal_(0.0, std, generator=gen)
     model.requires_grad_(False).eval()
-    model.set_ops(select_ops(backend, dtype))
+    model.set_ops(select_ops(backend))
     return model
 
 

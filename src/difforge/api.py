@@ -9,14 +9,12 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
-import re
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image
 
 from .config import OFFLOAD_PLANS, RunConfig
 from .devices import Backend, dtype_name, get_backend
@@ -31,16 +29,11 @@ from .errors import (
 from .models.registry import QWEN_EDIT, QWEN_EDIT_PLUS, URSA, resolve_model
 from .runtime.atomic import atomic_save
 from .runtime.environment import environment_fingerprint
+from .runtime.images import load_images
 from .runtime.record import RunRecord
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff")
 VIDEO_SUFFIXES = (".gif", ".webp", ".mp4")
-#: Largest input image difforge decodes (100 megapixels, about 300 MB as RGB).  The edit models resize
-#: every reference to about 1 megapixel anyway, so a bigger file is a mistake or a decompression bomb;
-#: PIL alone would print a two-line warning up to 179 MP and fail beyond with an error we could only
-#: report as "not an image".
-MAX_INPUT_PIXELS = 100_000_000
-
 
 @dataclass
 class RunResult:
@@ -105,51 +98,6 @@ def load_pipeline(
         if is_out_of_memory(exc):
             raise DeviceOutOfMemoryError(out_of_memory_message(str(backend), cfg.offload, family)) from None
         raise
-
-
-def load_images(paths: Sequence[str | Path]) -> list[Image.Image]:
-    """Decode input images to upright RGB, mapping every failure to one InputError sentence.
-
-    Upright: a camera's EXIF orientation tag is applied (``ImageOps.exif_transpose``), so the model
-    edits the picture the user sees in a viewer, not the sensor's sideways pixels.  Images above
-    :data:`MAX_INPUT_PIXELS` are refused from their header, before any pixel is decoded, and PIL's
-    DecompressionBombWarning is silenced because that limit is checked here.
-    """
-    images = []
-    for p in paths:
-        path = Path(p)
-        if path.is_dir():
-            raise InputError(f"Input image {path} is a folder; give an image file.")
-        if not path.is_file():
-            raise InputError(f"Input image {path} does not exist.")
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-                with Image.open(path) as img:
-                    if img.width * img.height > _pixel_limit():
-                        raise InputError(_too_large(path, img.width * img.height, f" ({img.width}x{img.height})"))
-                    img.load()
-                    images.append(ImageOps.exif_transpose(img).convert("RGB"))
-        except Image.DecompressionBombError as exc:  # PIL's own, stricter limit fired inside open()
-            found = re.search(r"\((\d+) pixels\)", str(exc))
-            raise InputError(_too_large(path, int(found.group(1)) if found else None)) from None
-        except (UnidentifiedImageError, OSError, ValueError):
-            raise InputError(f"{path} is not an image difforge can decode (PNG, JPEG, WebP, ...).") from None
-    return images
-
-
-def _pixel_limit() -> int:
-    """MAX_INPUT_PIXELS, or PIL's error limit (twice ``Image.MAX_IMAGE_PIXELS``) if a caller set that lower."""
-    pil = Image.MAX_IMAGE_PIXELS
-    return MAX_INPUT_PIXELS if pil is None else min(MAX_INPUT_PIXELS, 2 * int(pil))
-
-
-def _too_large(path: Path, pixels: int | None, dims: str = "") -> str:
-    size = f"{pixels:,} pixels{dims}" if pixels is not None else "too many pixels"
-    return (
-        f"Input image {path} is too large: {size}, more than the {_pixel_limit():,} difforge decodes;"
-        " downscale it first (the edit models resize references to about 1 megapixel anyway)."
-    )
 
 
 def run_pipeline(

@@ -91,7 +91,7 @@ def test_attention_bidirectional_gqa_matches_naive() -> None:
 
 
 def test_select_ops_cpu_is_plain_and_recorded() -> None:
-    ops = select_ops(CPUBackend(), torch.float32)
+    ops = select_ops(CPUBackend())
     assert ops.rms_norm is rms_norm and ops.swiglu is swiglu and ops.swiglu_packed is None
     assert ops.index_dtype == torch.int64
     record = RunRecord("generate")
@@ -101,7 +101,7 @@ def test_select_ops_cpu_is_plain_and_recorded() -> None:
 
 
 def test_select_ops_cuda_keeps_sdpa_without_torch_npu() -> None:
-    ops = select_ops(CUDABackend(), torch.bfloat16)
+    ops = select_ops(CUDABackend())
     assert ops.attention is sdpa_attention and ops.names()["attention"] == "sdpa"
 
 
@@ -109,16 +109,16 @@ def test_overrides_win_and_are_per_instance() -> None:
     def broken(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
         return x * 0
 
-    a = select_ops(CPUBackend(), torch.float32, {"rms_norm": broken})
-    b = select_ops(CPUBackend(), torch.float32)
+    a = select_ops(CPUBackend(), {"rms_norm": broken})
+    b = select_ops(CPUBackend())
     assert a.rms_norm is broken and b.rms_norm is rms_norm
     assert a.choices["rms_norm"].name.startswith("override:") and not a.choices["rms_norm"].exact
     with pytest.raises(ValueError, match="Unknown op override"):
-        select_ops(CPUBackend(), torch.float32, {"layer_norm": broken})
+        select_ops(CPUBackend(), {"layer_norm": broken})
 
 
 def test_npu_fused_paths_selected_and_match_plain_maths(npu_standin) -> None:
-    ops = select_ops(NPUBackend(), torch.float32)
+    ops = select_ops(NPUBackend())
     assert isinstance(ops, OpSet)
     assert ops.names()["rms_norm"] == "torch_npu.npu_rms_norm"
     assert ops.names()["swiglu"] == "torch_npu.npu_swiglu"

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from .base import DTYPES, Backend, EnvPreset, dtype_name
+from .compile import CompilePolicy
 from .cpu import CPUBackend
 from .cuda import CUDABackend
 from .mps import MPSBackend
@@ -71,6 +72,7 @@ __all__ = [
     "Backend",
     "CPUBackend",
     "CUDABackend",
+    "CompilePolicy",
     "EnvPreset",
     "MPSBackend",
     "NPUBackend",

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import torch
 
 from ..errors import DtypeError
+from .compile import CompilePolicy, compile_policy
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -49,6 +50,7 @@ class Backend(ABC):
 
     index: int | None = None
     applied_presets: dict[str, str] = field(default_factory=dict)
+    _compile_policy: CompilePolicy | None = field(default=None, init=False, repr=False, compare=False)
 
     name: ClassVar[str] = "base"
     #: Fused ops this backend provides (names used by :mod:`difforge.ops`).
@@ -59,6 +61,9 @@ class Backend(ABC):
     #: SDPA).  Memory estimates add it only here: flash / memory-efficient kernels (CPU, CUDA, NPU's
     #: fusion attention) never hold it, and counting it there would refuse sizes that run fine.
     attention_materialises_scores: ClassVar[bool] = False
+    #: Whether a host-to-device copy from page-locked memory overlaps the host on this device
+    #: (cuda, npu, xpu).  URSA's per-step host random draws use it; on the CPU there is no copy.
+    pinned_host_copies: ClassVar[bool] = False
 
     # ---- presence -------------------------------------------------------------------------
     @classmethod
@@ -187,9 +192,33 @@ class Backend(ABC):
             self.applied_presets[preset.name] = preset.value
         return dict(self.applied_presets)
 
-    # ---- introspection --------------------------------------------------------------------------
+    # ---- kernels and compilers: chosen here, once, for every model --------------------------------
     def has_fused(self, op: str) -> bool:
         return op in self.fused_ops
+
+    def fused_kernel(self, op: str) -> Any | None:
+        """The vendor kernel implementing ``op`` (a name in :data:`difforge.ops.OP_NAMES`) on this device,
+        or None when the portable PyTorch path is used.  Only the NPU backend has any."""
+        return None
+
+    def sdpa_note(self) -> str:
+        """Why plain SDPA is still the fast attention here ("" when nothing needs saying)."""
+        return "SDPA picks flash/efficient kernels itself" if self.has_fused("attention") else ""
+
+    def diffusers_attention(self, dtype: torch.dtype, allow_fused: bool = True) -> tuple[str, str]:
+        """The diffusers attention backend for ``dtype`` and a note on why: ``("native", "")`` = SDPA.
+
+        Overridden by a backend whose vendor kernel diffusers can dispatch to (the NPU's).
+        """
+        return "native", ""
+
+    def compile_policy(self) -> CompilePolicy:
+        """How ``--compile`` compiles on this device, decided on first use and kept for the backend's life."""
+        if self._compile_policy is None:
+            self._compile_policy = compile_policy(self.name)
+        return self._compile_policy
+
+    # ---- introspection --------------------------------------------------------------------------
 
     def describe(self) -> dict[str, Any]:
         """What the RunRecord and `difforge doctor` show about this backend."""

@@ -11,6 +11,7 @@ from .base import Backend, EnvPreset
 
 class CUDABackend(Backend):
     name: ClassVar[str] = "cuda"
+    pinned_host_copies: ClassVar[bool] = True
     fused_ops: ClassVar[frozenset[str]] = frozenset({"attention"})  # SDPA flash / cuDNN / efficient
 
     @classmethod

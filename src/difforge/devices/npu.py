@@ -27,6 +27,14 @@ import torch
 from ..errors import DeviceError
 from .base import Backend, EnvPreset
 
+#: The torch_npu function behind each fused op (names as in :data:`difforge.ops.OP_NAMES`).
+FUSED_KERNELS = {
+    "rms_norm": "npu_rms_norm",
+    "swiglu": "npu_swiglu",
+    "rotary": "npu_rotary_mul",
+    "attention": "npu_fusion_attention",
+}
+
 #: The option torch_npu sets through ``torch_npu.npu.set_option`` (npu/npu_config.py), not the env.
 PRECISION_OPTION = "ACL_PRECISION_MODE"
 
@@ -88,6 +96,28 @@ def cann_version() -> str | None:
 class NPUBackend(Backend):
     name: ClassVar[str] = "npu"
     fused_ops: ClassVar[frozenset[str]] = frozenset({"rms_norm", "swiglu", "attention", "rotary"})
+    pinned_host_copies: ClassVar[bool] = True
+
+    # ---- kernels ------------------------------------------------------------------------------------
+    def fused_kernel(self, op: str) -> Any | None:
+        """``torch_npu``'s kernel for ``op`` when this backend fuses it and the installed torch_npu has it."""
+        if op not in self.fused_ops:
+            return None
+        mod = torch_npu_module()
+        return getattr(mod, FUSED_KERNELS[op], None) if mod is not None else None
+
+    def sdpa_note(self) -> str:
+        return ""
+
+    def diffusers_attention(self, dtype: torch.dtype, allow_fused: bool = True) -> tuple[str, str]:
+        """diffusers' ``_native_npu`` backend (``npu_fusion_attention``) for bf16/fp16, else SDPA with the reason."""
+        if not allow_fused:
+            return "native", "_native_npu switched off with 'npu-attention'"
+        if not self.has_fused("attention"):
+            return "native", ""
+        if dtype not in (torch.bfloat16, torch.float16):
+            return "native", "the NPU fused kernel needs bf16/fp16"
+        return "_native_npu", ""
 
     # ---- presence ---------------------------------------------------------------------------------
     @classmethod

@@ -11,6 +11,7 @@ from .base import Backend
 
 class XPUBackend(Backend):
     name: ClassVar[str] = "xpu"
+    pinned_host_copies: ClassVar[bool] = True
     fused_ops: ClassVar[frozenset[str]] = frozenset({"attention"})
 
     @classmethod

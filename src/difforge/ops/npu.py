@@ -1,41 +1,37 @@
 """Ascend fused kernels (``torch_npu``) wrapped to difforge's op signatures.
 
-Each factory takes the imported ``torch_npu`` module, so the wrappers bind to whichever module the
-backend found (the real library on Ascend, the CPU stand-in in tests) at load time, never per call.
+Each factory takes the kernel the backend found (:meth:`difforge.devices.NPUBackend.fused_kernel`: the
+real library on Ascend, the CPU stand-in in tests), so wrappers bind once at load time, never per call.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from types import ModuleType
+from typing import Any
 
 import torch
 
 from .rotary import RopeTable
 
 
-def make_rms_norm(npu: ModuleType) -> Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]:
-    fused = npu.npu_rms_norm
-
+def make_rms_norm(fused: Callable[..., Any]) -> Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]:
     def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         return fused(x, weight, epsilon=eps)[0]  # (y, rstd)
 
     return rms_norm
 
 
-def make_swiglu_packed(npu: ModuleType) -> Callable[[torch.Tensor], torch.Tensor]:
-    fused = npu.npu_swiglu
-
+def make_swiglu_packed(fused: Callable[..., Any]) -> Callable[[torch.Tensor], torch.Tensor]:
     def swiglu_packed(gate_up: torch.Tensor) -> torch.Tensor:
         return fused(gate_up, dim=-1)
 
     return swiglu_packed
 
 
-def make_swiglu(npu: ModuleType) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+def make_swiglu(fused: Callable[..., Any]) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """Unpacked form (used when a model has no packed gate/up weight): concatenates per call."""
-    packed = make_swiglu_packed(npu)
+    packed = make_swiglu_packed(fused)
 
     def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
         return packed(torch.cat((gate, up), dim=-1))
@@ -48,9 +44,7 @@ def rope_table(cos: torch.Tensor, sin: torch.Tensor) -> RopeTable:
     return torch.cat((cos, cos), -1)[None, :, None, :], torch.cat((sin, sin), -1)[None, :, None, :]
 
 
-def make_rotary(npu: ModuleType) -> Callable[[torch.Tensor, RopeTable], torch.Tensor]:
-    fused = npu.npu_rotary_mul
-
+def make_rotary(fused: Callable[..., Any]) -> Callable[[torch.Tensor, RopeTable], torch.Tensor]:
     def rotary(x: torch.Tensor, table: RopeTable) -> torch.Tensor:
         r1, r2 = table
         return fused(x, r1, r2)
@@ -58,9 +52,7 @@ def make_rotary(npu: ModuleType) -> Callable[[torch.Tensor, RopeTable], torch.Te
     return rotary
 
 
-def make_attention(npu: ModuleType) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
-    fused = npu.npu_fusion_attention
-
+def make_attention(fused: Callable[..., Any]) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
     def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         heads, dim = q.shape[2], q.shape[3]
         return fused(q, k, v, heads, "BSND", scale=1.0 / math.sqrt(dim))[0]

@@ -78,21 +78,13 @@ def plain_ops() -> OpSet:
     )
 
 
-def _npu_module(backend: Backend) -> Any | None:
-    if backend.name != "npu":
-        return None
-    from ..devices.npu import torch_npu_module
+def select_ops(backend: Backend, overrides: Mapping[str, Callable[..., Any]] | None = None) -> OpSet:
+    """Pick each op's implementation for ``backend``: its fused kernel where it offers one, else plain.
 
-    return torch_npu_module()
-
-
-def select_ops(
-    backend: Backend, dtype: torch.dtype, overrides: Mapping[str, Callable[..., Any]] | None = None
-) -> OpSet:
-    """Pick each op's implementation for ``backend``: fused where the backend has one, else plain.
-
-    ``overrides`` maps an op name (``rms_norm``, ``swiglu``, ``rotary``, ``attention``) to a callable
-    with the *plain* signature; it wins over every other choice and is recorded as inexact.
+    Which kernels exist is the backend's answer (:meth:`~difforge.devices.Backend.fused_kernel`); this
+    function only wraps them to the plain signatures.  ``overrides`` maps an op name (``rms_norm``,
+    ``swiglu``, ``rotary``, ``attention``) to a callable with the *plain* signature; it wins over every
+    other choice and is recorded as inexact.
     """
     overrides = dict(overrides or {})
     unknown = sorted(set(overrides) - set(OP_NAMES))
@@ -109,26 +101,24 @@ def select_ops(
     }
     choices = dict(base.choices)
 
-    npu = _npu_module(backend)
-    if npu is not None:
-        from . import npu as npu_ops
+    from . import npu as npu_ops
 
-        if backend.has_fused("rms_norm") and hasattr(npu, "npu_rms_norm"):
-            ops["rms_norm"] = npu_ops.make_rms_norm(npu)
-            choices["rms_norm"] = OpChoice("torch_npu.npu_rms_norm", False, "fused kernel; rounding differs from fp32-rsqrt path")
-        if backend.has_fused("swiglu") and hasattr(npu, "npu_swiglu"):
-            ops["swiglu"] = npu_ops.make_swiglu(npu)
-            ops["swiglu_packed"] = npu_ops.make_swiglu_packed(npu)
-            choices["swiglu"] = OpChoice("torch_npu.npu_swiglu", False, "on a packed [gate, up] weight built at load time")
-        if backend.has_fused("rotary") and hasattr(npu, "npu_rotary_mul"):
-            ops["rope_table"] = npu_ops.rope_table
-            ops["rotary"] = npu_ops.make_rotary(npu)
-            choices["rotary"] = OpChoice("torch_npu.npu_rotary_mul", False, "rotate-half layout (same attention, other reduction order)")
-        if backend.has_fused("attention") and hasattr(npu, "npu_fusion_attention"):
-            ops["attention"] = npu_ops.make_attention(npu)
-            choices["attention"] = OpChoice("torch_npu.npu_fusion_attention", False, "BSND layout, GQA native, no mask")
-    elif backend.has_fused("attention"):
-        choices["attention"] = OpChoice("sdpa", True, f"{backend.name}: SDPA picks flash/efficient kernels itself")
+    if (kernel := backend.fused_kernel("rms_norm")) is not None:
+        ops["rms_norm"] = npu_ops.make_rms_norm(kernel)
+        choices["rms_norm"] = OpChoice("torch_npu.npu_rms_norm", False, "fused kernel; rounding differs from fp32-rsqrt path")
+    if (kernel := backend.fused_kernel("swiglu")) is not None:
+        ops["swiglu"] = npu_ops.make_swiglu(kernel)
+        ops["swiglu_packed"] = npu_ops.make_swiglu_packed(kernel)
+        choices["swiglu"] = OpChoice("torch_npu.npu_swiglu", False, "on a packed [gate, up] weight built at load time")
+    if (kernel := backend.fused_kernel("rotary")) is not None:
+        ops["rope_table"] = npu_ops.rope_table
+        ops["rotary"] = npu_ops.make_rotary(kernel)
+        choices["rotary"] = OpChoice("torch_npu.npu_rotary_mul", False, "rotate-half layout (same attention, other reduction order)")
+    if (kernel := backend.fused_kernel("attention")) is not None:
+        ops["attention"] = npu_ops.make_attention(kernel)
+        choices["attention"] = OpChoice("torch_npu.npu_fusion_attention", False, "BSND layout, GQA native, no mask")
+    elif note := backend.sdpa_note():
+        choices["attention"] = OpChoice("sdpa", True, f"{backend.name}: {note}")
 
     for name, fn in overrides.items():
         label = f"override:{getattr(fn, '__qualname__', type(fn).__name__)}"

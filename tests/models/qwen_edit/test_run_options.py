@@ -20,10 +20,10 @@ def _compiled(qe) -> list[bool]:
 
 
 def test_compile_follows_the_device_policy(edit_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Backend and mode come from runtime.compile.compile_policy; compiled runs are recorded inexact."""
+    """Backend and mode come from devices.compile.compile_policy; compiled runs are recorded inexact."""
     from diffusers import QwenImageTransformer2DModel
 
-    import difforge.runtime.compile as policy_module
+    import difforge.devices.compile as policy_module
 
     seen: list[dict] = []
     monkeypatch.setattr(QwenImageTransformer2DModel, "compile_repeated_blocks", lambda self, **kw: seen.append(kw))
@@ -38,7 +38,7 @@ def test_compile_follows_the_device_policy(edit_folder: Path, monkeypatch: pytes
 
 def test_compile_without_a_cpp_compiler_runs_eager_and_says_why(edit_folder: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    import difforge.runtime.compile as policy_module
+    import difforge.devices.compile as policy_module
 
     monkeypatch.setattr(policy_module.shutil, "which", lambda name: None)  # PATH without g++/c++/clang++
     cfg = make_cfg(edit_folder, compile=True)

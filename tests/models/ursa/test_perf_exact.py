@@ -13,12 +13,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from difforge.config import RunConfig
 from difforge.devices import CPUBackend
+from difforge.devices.compile import compile_policy
 from difforge.errors import InputError
 from difforge.models.ursa import URSAPipeline
 from difforge.models.ursa.pipeline import EXACT_OPTIMISATIONS, FAST_OPTIMISATIONS
 from difforge.models.ursa.rope import positions
 from difforge.models.ursa.sampling import Draws, categorical, device_generator, uniform
-from difforge.runtime.compile import compile_policy
 from difforge.runtime.record import RunRecord
 
 from .conftest import load

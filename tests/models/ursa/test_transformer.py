@@ -121,16 +121,16 @@ def test_two_models_hold_different_ops() -> None:
     a, b = small_model(), small_model()
     ids = torch.randint(0, CFG.vocab_size, (1, 11))
     pos = positions((1, 2, 2), text_len=6)
-    b.set_ops(select_ops(CPUBackend(), torch.float32, {"swiglu": lambda g, u: g * 0}))
+    b.set_ops(select_ops(CPUBackend(), {"swiglu": lambda g, u: g * 0}))
     with torch.no_grad():
         assert not torch.allclose(a(ids, pos), b(ids, pos))
-        b.set_ops(select_ops(CPUBackend(), torch.float32))
+        b.set_ops(select_ops(CPUBackend()))
         assert torch.equal(a(ids, pos), b(ids, pos))
 
 
 def test_npu_opset_forward_matches_plain_and_packs_gate_up(npu_standin) -> None:
     plain, fused = small_model(), small_model()
-    fused.set_ops(select_ops(NPUBackend(), torch.float32))
+    fused.set_ops(select_ops(NPUBackend()))
     mlp = fused.model.layers[0].mlp
     assert mlp.gate_up is not None and mlp.gate_proj.weight.data_ptr() == mlp.gate_up.data_ptr()
     assert set(fused.state_dict()) == set(plain.state_dict())  # packing keeps checkpoint names

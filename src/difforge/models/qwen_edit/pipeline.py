@@ -465,6 +465,6 @@ def _open_images(cfg: RunConfig, plus: bool) -> list[PIL.Image.Image]:
     Decoded by :func:`difforge.api.load_images`, the one place for the input-image rules (EXIF
     orientation, pixel limit), so validation sees the same pixels as ``difforge edit``.
     """
-    from ...api import load_images
+    from ...runtime.images import load_images
 
     return check_images(load_images(cfg.images), plus)

@@ -16,8 +16,7 @@ from typing import Any
 
 import torch
 
-from ...devices import Backend
-from ...runtime.compile import CompilePolicy, compile_policy
+from ...devices import Backend, CompilePolicy
 from ...runtime.record import RunRecord
 from .attention import install_processor, install_real_rope, remove_real_rope
 from .loop import SpeedOptions, uses_difforge_processor
@@ -128,20 +127,17 @@ def install_fast(transformer: Any, options: SpeedOptions, record: RunRecord, cur
 def install_compile(transformer: Any, options: SpeedOptions, backend: Backend, record: RunRecord) -> CompilePolicy | None:
     """Regional ``torch.compile`` of the repeated blocks when ``cfg.compile``, per the device's compile policy.
 
-    :func:`difforge.runtime.compile.compile_policy` picks the backend (Inductor, torchair on an NPU) and
+    :meth:`difforge.devices.Backend.compile_policy` picks the backend (Inductor, torchair on an NPU) and
     mode; a device without a usable compiler (an NPU without torchair, a CPU without a C++ compiler)
     stays eager and the record says why.
     """
     if not options.compile:
         return None
-    policy = compile_policy(backend.device.type)
+    policy = backend.compile_policy()
     if not policy.available:
         record.adapt("compile", "eager (compile requested)", detail=policy.detail)
         return policy
-    kwargs: dict[str, Any] = {"backend": policy.backend, "dynamic": False}
-    if policy.mode is not None:
-        kwargs["mode"] = policy.mode
-    transformer.compile_repeated_blocks(**kwargs)
+    transformer.compile_repeated_blocks(**policy.torch_compile_kwargs())
     record.adapt(
         "compile", f"{policy.label}: regional (each transformer block, diffusers compile_repeated_blocks)",
         exact=False,

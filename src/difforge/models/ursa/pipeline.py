@@ -16,7 +16,7 @@ conditional half only (u + (c - u) differs from c by an ulp, so a rare draw can 
 ``device-rng`` - random draws from a generator on the run device and a sync-free jump step (same
 distributions, another random stream; on accelerators this removes the per-step host sampling that
 otherwise dominates the step).  ``cfg.compile`` compiles the decoder layer (regional compile, see
-:mod:`difforge.runtime.compile`); it is exact within floating-point noise, not bit for bit.
+:mod:`difforge.devices.compile`); it is exact within floating-point noise, not bit for bit.
 """
 
 from __future__ import annotations
@@ -33,10 +33,9 @@ import torch
 import torch.nn.functional as F
 
 from ...config import RunConfig
-from ...devices import Backend, dtype_name
+from ...devices import Backend, CompilePolicy, dtype_name
 from ...errors import InputError, SizeError, StepsError
 from ...ops import select_ops
-from ...runtime.compile import CompilePolicy, compile_function, compile_policy
 from ...runtime.progress import track
 from ...runtime.record import RunRecord
 from ...runtime.steps import StepTimer
@@ -52,8 +51,6 @@ from .vae import AutoencoderVQ, to_uint8
 DEFAULT_HEIGHT, DEFAULT_WIDTH, DEFAULT_STEPS = 320, 512, 25
 EXACT_OPTIMISATIONS = ("lm-head-slice", "reuse-first-forward", "rope-cache", "pinned-draws")
 FAST_OPTIMISATIONS = ("unguided-tail", "device-rng")
-#: Devices whose host-to-device copies can overlap the host when the source is pinned.
-PINNED_COPY_DEVICES = ("cuda", "npu", "xpu")
 
 StepHook = Callable[[int, dict[str, torch.Tensor], dict[str, torch.Tensor]], None]
 
@@ -124,7 +121,7 @@ class URSAPipeline:
         backend, dtype, cfg, record = load_defaults(folder, "generate", backend, dtype, cfg, record)
         with record.phase("load", backend):
             ckpt = URSACheckpoint.read_configs(folder)
-            ops = select_ops(backend, dtype, op_overrides)
+            ops = select_ops(backend, op_overrides)
             transformer = ckpt.load_transformer(dtype, backend, record).to(device=backend.device, dtype=dtype)
             transformer.set_ops(ops)
             vae = ckpt.load_vae()
@@ -224,7 +221,7 @@ class URSAPipeline:
             "lm_head_slice": "lm-head-slice" not in cfg.disable,
             "reuse_first": "reuse-first-forward" not in cfg.disable and self.scheduler.is_metric,
             "rope_cache": "rope-cache" not in cfg.disable,
-            "pinned_draws": "pinned-draws" not in cfg.disable and self.device.type in PINNED_COPY_DEVICES,
+            "pinned_draws": "pinned-draws" not in cfg.disable and self.backend.pinned_host_copies,
             "unguided_tail": "unguided-tail" in cfg.fast,
             "device_rng": "device-rng" in cfg.fast,
         }
@@ -241,8 +238,8 @@ class URSAPipeline:
             self.compile_policy = None
             return None
         if self.compile_policy is None:
-            policy = compile_policy(self.device.type)
-            self.transformer.set_layer_fn(compile_function(run_layer, policy))
+            policy = self.backend.compile_policy()
+            self.transformer.set_layer_fn(policy.compile(run_layer))
             self.compile_policy = policy
         return self.compile_policy
 
@@ -358,7 +355,7 @@ class URSAPipeline:
             "built once per call" if flags["rope_cache"] else "built every forward (reference)",
             detail="disable with 'rope-cache'",
         )
-        if self.device.type in PINNED_COPY_DEVICES:
+        if self.backend.pinned_host_copies:
             record.adapt(
                 "host draws",
                 "pinned memory, asynchronous copy" if flags["pinned_draws"] else "pageable memory (blocking copy)",

@@ -1,4 +1,7 @@
-"""Which graph compiler ``cfg.compile`` selects on each device, and the regional compile of one function.
+"""Which graph compiler ``cfg.compile`` selects on each device: the compile half of the device policy.
+
+A backend asks :func:`compile_policy` once (:meth:`difforge.devices.Backend.compile_policy`) and keeps
+the answer; models only call :meth:`CompilePolicy.compile` on the function they want compiled.
 
 Regional compile - compiling the repeated decoder layer once instead of the whole model - keeps the
 compile time of a 28-layer transformer to that of one layer, and the compiled graph is reused by
@@ -40,6 +43,23 @@ class CompilePolicy:
     label: str = "eager"
     detail: str = ""
 
+    def compile(self, fn: Callable[..., Any]) -> Callable[..., Any] | None:
+        """``torch.compile(fn)`` per this policy with static shapes; ``None`` when the policy is eager.
+
+        ``dynamic=False``: a run's shapes are fixed per size, and a size change recompiles (bounded by
+        dynamo's recompile limit) rather than paying for symbolic shapes on every call.
+        """
+        if not self.available:
+            return None
+        return torch.compile(fn, **self.torch_compile_kwargs())
+
+    def torch_compile_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of ``torch.compile`` (also what diffusers' ``compile_repeated_blocks`` takes)."""
+        kwargs: dict[str, Any] = {"backend": self.backend, "dynamic": False}
+        if self.mode is not None:
+            kwargs["mode"] = self.mode
+        return kwargs
+
 
 def _torchair_backend() -> tuple[Callable[..., Any] | None, str]:
     """torchair's NPU backend and where it came from, or ``(None, reason)``."""
@@ -71,17 +91,3 @@ def compile_policy(device_type: str) -> CompilePolicy:
     if device_type == "cpu" and not any(shutil.which(c) for c in CPP_COMPILERS):
         return CompilePolicy(device_type, False, detail="no C++ compiler on PATH (Inductor's CPU backend needs one)")
     return CompilePolicy(device_type, True, "inductor", None, "inductor", "default mode")
-
-
-def compile_function(fn: Callable[..., Any], policy: CompilePolicy) -> Callable[..., Any] | None:
-    """``torch.compile(fn)`` per ``policy`` with static shapes; ``None`` when the policy is eager.
-
-    ``dynamic=False``: a run's shapes are fixed per size, and a size change recompiles (bounded by
-    dynamo's recompile limit) rather than paying for symbolic shapes on every call.
-    """
-    if not policy.available:
-        return None
-    kwargs: dict[str, Any] = {"backend": policy.backend, "dynamic": False}
-    if policy.mode is not None:
-        kwargs["mode"] = policy.mode
-    return torch.compile(fn, **kwargs)
