@@ -33,9 +33,9 @@ def assert_clean_failure(result, out_dir: Path, needle: str, code: int = 2) -> N
 
 @pytest.fixture
 def in_png(tmp_out: Path) -> Path:
-    from difforge.demo import synthetic_image
+    from difforge.demo import write_test_picture
 
-    return synthetic_image(tmp_out / "in.png", size=64)
+    return write_test_picture(tmp_out / "in.png", size=64)
 
 
 def _copy_model(name: str, dest: Path) -> Path:

@@ -53,9 +53,9 @@ def no_load(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def in_png(tmp_out: Path) -> Path:
-    from difforge.demo import synthetic_image
+    from difforge.demo import write_test_picture
 
-    return synthetic_image(tmp_out / "in.png", size=64)
+    return write_test_picture(tmp_out / "in.png", size=64)
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:

@@ -1,66 +1,28 @@
 """The Python API: ``load_pipeline``, ``generate``, ``edit``, ``validate``.
 
 The CLI, the tests, the demo and users' own scripts all call these functions; the CLI only
-parses arguments and prints.  Every user mistake surfaces as a :class:`~difforge.errors.DifforgeError`.
+parses arguments and prints.  This is where the user's ``--device``/``--dtype`` strings become a
+backend and a dtype, once; the :mod:`~difforge.engine` below does the work with those objects.
+Every user mistake surfaces as a :class:`~difforge.errors.DifforgeError`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from PIL import Image
 
-from .config import OFFLOAD_PLANS, RunConfig
-from .devices import Backend, dtype_name, get_backend
-from .errors import (
-    DeviceOutOfMemoryError,
-    DifforgeError,
-    InputError,
-    OutputError,
-    is_out_of_memory,
-    out_of_memory_message,
-)
-from .models.registry import QWEN_EDIT, QWEN_EDIT_PLUS, URSA, resolve_model
-from .runtime.atomic import atomic_save
+from . import engine
+from .config import RunConfig
+from .devices import get_backend
+from .engine import RunResult, run_pipeline, save_images
+from .errors import InputError
 from .runtime.environment import environment_fingerprint
 from .runtime.images import load_images
 from .runtime.record import RunRecord
-
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff")
-VIDEO_SUFFIXES = (".gif", ".webp", ".mp4")
-
-@dataclass
-class RunResult:
-    """What a generation or edit returns: the images, the record, and where they were saved."""
-
-    images: list[Image.Image]
-    record: RunRecord
-    paths: list[Path] = field(default_factory=list)
-
-    @property
-    def image(self) -> Image.Image:
-        return self.images[0]
-
-
-# ---- loading ------------------------------------------------------------------------------------
-
-
-def _pipeline_class(family: str) -> Any:
-    if family == URSA:
-        from .models.ursa import URSAPipeline
-
-        return URSAPipeline
-    if family in (QWEN_EDIT, QWEN_EDIT_PLUS):
-        from .models.qwen_edit import QwenEditPipeline
-
-        return QwenEditPipeline
-    raise DifforgeError(f"No pipeline for model family '{family}'.")
 
 
 def load_pipeline(
@@ -74,166 +36,18 @@ def load_pipeline(
 ) -> Any:
     """Load a model folder or built-in tiny model onto a device, diffusers-style.
 
+    ``device``/``dtype`` are the CLI's spellings (``auto``, ``npu:1``, ``bf16`` ...), parsed here once.
     ``task`` ("generate"/"edit") makes a model of the wrong family a clear error.  The returned
     pipeline is reusable across calls to :func:`run_pipeline`.
     """
     cfg = cfg or RunConfig(model=model, device=device, dtype=dtype)
-    if cfg.offload not in OFFLOAD_PLANS:
-        raise InputError(f"Unknown --offload plan '{cfg.offload}'; use one of {', '.join(OFFLOAD_PLANS)}.")
-    backend: Backend = get_backend(device)
-    torch_dtype = backend.resolve_dtype(dtype)
-    folder, family = resolve_model(model, task=task)
-    presets = backend.apply_env_presets()
-    record = record if record is not None else RunRecord(kind=task or "run")
-    record.backend = {**backend.describe(), "dtype": dtype_name(torch_dtype)}
-    for name, value in presets.items():
-        record.adapt(f"env {name}", value, exact=True, detail="preset applied because it was unset")
-    try:
-        return _pipeline_class(family).from_pretrained(
-            folder, backend, torch_dtype, cfg, record, op_overrides=op_overrides
-        )
-    except DifforgeError:
-        raise
-    except Exception as exc:
-        if is_out_of_memory(exc):
-            raise DeviceOutOfMemoryError(out_of_memory_message(str(backend), cfg.offload, family)) from None
-        raise
-
-
-def run_pipeline(
-    pipeline: Any,
-    cfg: RunConfig,
-    images: list[Image.Image] | None = None,
-    record: RunRecord | None = None,
-    step_hook: Callable[..., None] | None = None,
-) -> RunResult:
-    """Run a loaded pipeline once (no files written), turning OOM into a clear error."""
-    record = record if record is not None else RunRecord(kind="edit" if images else "generate")
-    record.config = cfg.to_dict()
-    record.config["fingerprint"] = cfg.fingerprint()
-    if not record.backend:
-        record.backend = {**pipeline.backend.describe(), "dtype": dtype_name(pipeline.dtype)}
-    record.environment = environment_fingerprint()
-    try:
-        out = pipeline(cfg, record, images=images, step_hook=step_hook)
-    except DifforgeError:
-        raise
-    except Exception as exc:
-        if is_out_of_memory(exc):
-            raise DeviceOutOfMemoryError(
-                out_of_memory_message(str(pipeline.backend), cfg.offload, getattr(pipeline, "family", None))
-            ) from None
-        raise
-    return RunResult(images=list(out), record=record)
-
-
-# ---- saving -------------------------------------------------------------------------------------
-
-
-def save_images(images: list[Image.Image], output: str | Path, record: RunRecord) -> list[Path]:
-    """Save one image (or an animation of frames) atomically and log path + sha256 in the record."""
-    output = Path(output)
-    suffix = output.suffix.lower()
-    with record.phase("save"):
-        if len(images) == 1 and suffix in IMAGE_SUFFIXES:
-            atomic_save(output, lambda tmp: images[0].save(tmp, format=_pil_format(suffix)))
-            paths = [output]
-        elif len(images) > 1 and suffix in (".gif", ".webp"):
-            atomic_save(
-                output,
-                lambda tmp: images[0].save(
-                    tmp, format=_pil_format(suffix), save_all=True, append_images=images[1:], duration=125, loop=0
-                ),
-            )
-            paths = [output]
-        elif len(images) > 1 and suffix == ".mp4":
-            paths = [_save_mp4(images, output)]
-        elif len(images) > 1 and suffix in IMAGE_SUFFIXES:  # one file per frame: out_000.png ...
-            paths = []
-            for i, img in enumerate(images):
-                p = output.with_name(f"{output.stem}_{i:03d}{suffix}")
-                atomic_save(p, lambda tmp, img=img: img.save(tmp, format=_pil_format(suffix)))
-                paths.append(p)
-        else:
-            raise InputError(f"Cannot write {output.name}: use .png/.jpg/.webp for images, .gif/.webp/.mp4 for video.")
-    for p in paths:
-        record.add_output(p)
-    return paths
-
-
-def _pil_format(suffix: str) -> str:
-    return {".jpg": "JPEG", ".jpeg": "JPEG", ".tif": "TIFF", ".tiff": "TIFF"}.get(suffix, suffix[1:].upper())
-
-
-def _save_mp4(frames: list[Image.Image], output: Path) -> Path:
-    try:
-        import imageio.v3 as iio  # optional: needs imageio + imageio-ffmpeg
-    except ImportError:
-        raise InputError("Writing .mp4 needs 'imageio[ffmpeg]'; install it or write .gif/.webp instead.") from None
-    import numpy as np
-
-    arr = np.stack([np.asarray(f) for f in frames])
-    return atomic_save(output, lambda tmp: iio.imwrite(tmp, arr, fps=8, extension=".mp4"))
-
-
-# ---- the two jobs -------------------------------------------------------------------------------
-
-
-def check_output_path(path: str | Path, what: str, suffixes: tuple[str, ...] | None = None) -> Path:
-    """Fail before any work when an output cannot be written: wrong suffix, a directory, no permission."""
-    path = Path(path)
-    if suffixes is not None and path.suffix.lower() not in suffixes:
-        raise InputError(f"Cannot write {what} {path.name}: use one of {', '.join(suffixes)}.")
-    if path.is_dir():
-        raise OutputError(f"{what.capitalize()} path {path} is a directory; give a file name.")
-    parent = path.parent if str(path.parent) else Path(".")
-    probe = parent
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
-        raise OutputError(f"Cannot write {what} {path}: {probe} is not a writable folder.")
-    return path
-
-
-def _same_file(a: str | Path, b: str | Path) -> bool:
-    """Whether two paths name one file: equal after resolving ``.``/``..`` and symlinks, or hard links."""
-    a, b = Path(a), Path(b)
-    if a.resolve() == b.resolve():
-        return True
-    try:
-        return a.exists() and b.exists() and os.path.samefile(a, b)
-    except OSError:
-        return False
-
-
-def _check_outputs(cfg: RunConfig) -> None:
-    """Refuse, before any work, outputs that cannot be written or would overwrite an input or each other.
-
-    ``--record`` on ``--output`` would replace the image with JSON; an output on an input image would
-    destroy the user's original.
-    """
-    for flag, target in (("--output", cfg.output), ("--record", cfg.record)):
-        for image in cfg.images if target else ():
-            if _same_file(target, image):
-                raise OutputError(
-                    f"{flag} {target} is the input image {image}; write to another file so the input is kept."
-                )
-    if cfg.output and cfg.record and _same_file(cfg.output, cfg.record):
-        raise OutputError(
-            f"--record {cfg.record} is the same file as --output {cfg.output}; the record would replace the"
-            " image, so give it its own name (e.g. run.json)."
-        )
-    if cfg.output:
-        suffixes = IMAGE_SUFFIXES + (VIDEO_SUFFIXES if cfg.num_frames > 1 else ())
-        check_output_path(cfg.output, "output", tuple(dict.fromkeys(suffixes)))
-        if Path(cfg.output).suffix.lower() == ".mp4" and importlib.util.find_spec("imageio_ffmpeg") is None:
-            raise InputError("Writing .mp4 needs 'imageio[ffmpeg]' (pip install 'difforge[video]'); or write .gif/.webp.")
-    if cfg.record:
-        check_output_path(cfg.record, "record")
+    backend = get_backend(device)
+    return engine.load_pipeline(model, backend, backend.resolve_dtype(dtype), cfg=cfg, record=record,
+                                op_overrides=op_overrides, task=task)
 
 
 def _run(cfg: RunConfig, task: str, images: list[Image.Image] | None) -> RunResult:
-    _check_outputs(cfg)
+    engine.check_outputs(cfg)
     record = RunRecord(kind=task)
     pipeline = load_pipeline(cfg.model, cfg.device, cfg.dtype, cfg=cfg, record=record, task=task)
     result = run_pipeline(pipeline, cfg, images=images, record=record)
@@ -270,9 +84,10 @@ def edit(
 
 def validate(**options: Any) -> Any:
     """Run the acceptance ladder and write the port report (see :mod:`difforge.validate`)."""
+    from .report import write_report
     from .validate import ValidateOptions, run_validation
 
-    return run_validation(ValidateOptions(**options))
+    return run_validation(ValidateOptions(**options), write_report)
 
 
 def _config(**fields: Any) -> RunConfig:
@@ -280,12 +95,10 @@ def _config(**fields: Any) -> RunConfig:
     unknown = sorted(set(fields) - known)
     if unknown:
         raise InputError(f"Unknown option(s): {', '.join(unknown)}.")
-    cfg = RunConfig(**fields)  # RunConfig.validate(): steps, seed, guidance, prompts
+    cfg = RunConfig(**fields)  # RunConfig.validate(): steps, seed, guidance, offload plan, prompts
     if cfg.transformer_file and not Path(cfg.transformer_file).is_file():
         kind = "is a folder" if Path(cfg.transformer_file).is_dir() else "does not exist"
         raise InputError(f"--transformer {cfg.transformer_file} {kind}; give a .safetensors file.")
-    if cfg.offload not in OFFLOAD_PLANS:
-        raise InputError(f"Unknown --offload plan '{cfg.offload}'; use one of {', '.join(OFFLOAD_PLANS)}.")
     return cfg
 
 

@@ -41,6 +41,19 @@ def check_text(value: Any, what: str) -> Any:
     return value
 
 
+def check_steps(steps: Any) -> None:
+    """``--steps``: None (the family's default) or a whole number of at least 2 (StepsError otherwise).
+
+    The one place for this rule: RunConfig.validate and validate's option check both call it.
+    """
+    if steps is None:
+        return
+    if not isinstance(steps, Integral) or isinstance(steps, bool):
+        raise StepsError(f"--steps must be a whole number, got {steps!r}.")
+    if steps < 2:
+        raise StepsError(f"--steps must be at least 2 (got {steps}); one step leaves pure noise.")
+
+
 @dataclass
 class RunConfig:
     """The knobs of one run.  Family-specific fields are ignored by the other family."""
@@ -79,14 +92,11 @@ class RunConfig:
     def validate(self) -> None:
         """Raise a named InputError for a numeric option or prompt no run could use.
 
-        The one place for these rules: every RunConfig (API, CLI, validate, the diffusers-style
+        The one place for these rules (steps, seed, guidance, offload plan, prompt text): every RunConfig (API, CLI, validate, the diffusers-style
         pipeline calls, ``dataclasses.replace``) passes through here, so a NaN guidance cannot
         silently switch guidance off and a huge seed cannot crash a generator halfway through a run.
         """
-        if self.steps is not None and (not isinstance(self.steps, Integral) or isinstance(self.steps, bool)):
-            raise StepsError(f"--steps must be a whole number, got {self.steps!r}.")
-        if self.steps is not None and self.steps < 2:
-            raise StepsError(f"--steps must be at least 2 (got {self.steps}); one step leaves pure noise.")
+        check_steps(self.steps)
         if not isinstance(self.seed, Integral) or isinstance(self.seed, bool) or not 0 <= self.seed <= MAX_SEED:
             raise InputError(f"--seed must be a whole number from 0 to {MAX_SEED} (2**63 - 1), got {self.seed!r}.")
         for flag, value in (("--guidance", self.guidance), ("--true-cfg", self.true_cfg)):
@@ -99,6 +109,8 @@ class RunConfig:
                 f"--guidance-trunc must be a number from 0 to 1 (the time after which guidance stops), "
                 f"got {self.guidance_trunc!r}."
             )
+        if self.offload not in OFFLOAD_PLANS:
+            raise InputError(f"Unknown --offload plan '{self.offload}'; use one of {', '.join(OFFLOAD_PLANS)}.")
         check_text(self.prompt, "The prompt")
         if self.negative_prompt is not None:
             check_text(self.negative_prompt, "The negative prompt")

@@ -13,21 +13,16 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-from PIL import Image
-
 from . import api
 from .devices import available_backends
 from .errors import DifforgeError
+from .runtime.images import test_picture
 
 
-def synthetic_image(path: Path, size: int = 128, hue: int = 0) -> Path:
-    """A deterministic test picture: a colour gradient with a square, so edits have structure."""
-    y, x = np.mgrid[0:size, 0:size]
-    rgb = np.stack([(x * 2 + hue) % 256, (y * 2) % 256, ((x + y) + 2 * hue) % 256], axis=-1).astype(np.uint8)
-    rgb[size // 4 : size // 2, size // 4 : size // 2] = (230, 230, 40)
+def write_test_picture(path: Path, size: int = 128, variant: int = 0) -> Path:
+    """Save difforge's synthetic test picture (:func:`difforge.runtime.images.test_picture`) as a PNG."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(rgb).save(path)
+    test_picture(size, variant=variant).save(path)
     return path
 
 
@@ -48,8 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[generate] tiny-ursa -> image {res.paths[0]}  record {out / 'ursa.json'}  "
               f"({time.perf_counter() - t0:.1f}s)")
 
-        src = synthetic_image(out / "input.png")
-        src2 = synthetic_image(out / "input2.png", hue=90)
+        src = write_test_picture(out / "input.png")
+        src2 = write_test_picture(out / "input2.png", variant=1)
         t0 = time.perf_counter()
         res = api.edit(
             str(src), "make it red", model="tiny-qwen-edit", steps=4, seed=0,

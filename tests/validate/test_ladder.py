@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from difforge.validate import ValidateOptions, Verdict, run_validation
+from difforge.validate import ValidateOptions, Verdict
+
+from .ladder_run import run_validation
 
 
 def _opts(model: str, out: Path, **kw) -> ValidateOptions:

@@ -7,11 +7,12 @@ import torch
 from PIL import Image
 
 from difforge.errors import InputError
+from difforge.models.probing import OpCase
 from difforge.validate import ValidateOptions, parse_reference
 from difforge.validate.bench import find_peak
 from difforge.validate.determinism import determinism_rung
 from difforge.validate.metrics import image_compare, op_compare, tensor_compare
-from difforge.validate.operators import OpCase, judge
+from difforge.validate.operators import judge
 from difforge.validate.thresholds import dual_rule
 from difforge.validate.verdict import Verdict, worst
 

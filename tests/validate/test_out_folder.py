@@ -17,8 +17,10 @@ from typer.testing import CliRunner
 
 from difforge.cli import app
 from difforge.errors import DifforgeError, OutputError, SizeError
-from difforge.validate import ValidateOptions, Verdict, run_validation, runner
+from difforge.validate import ValidateOptions, Verdict, runner
 from difforge.validate.outdir import is_report_folder
+
+from .ladder_run import run_validation
 
 TINY = {"steps": 2, "height": 32, "width": 32}
 

@@ -11,12 +11,15 @@ import pytest
 import torch
 from PIL import Image
 
+from difforge.devices import dtype_name
 from difforge.errors import InputError, SizeError
-from difforge.validate import ValidateOptions, Verdict, parse_reference, run_validation, runner
+from difforge.validate import ValidateOptions, Verdict, parse_reference, runner
 from difforge.validate.inputs import read_prompts
 from difforge.validate.steps import StepTrace, localise
 from difforge.validate.trajectory import TrajectoryRun, trajectory_rung
 from difforge.validate.verdict import RungResult, overall
+
+from .ladder_run import run_validation
 
 
 def _opts(model: str, out: Path, **kw: Any) -> ValidateOptions:
@@ -47,11 +50,11 @@ class _CpuOnlyLadder:
         self.lad.dut_dtype = torch.float16  # CPU refuses float16: as for an NPU/CUDA float16 port
         self.loaded: list[tuple[str, str]] = []
 
-        def load(device: str, dtype: str, overrides: dict | None = None) -> tuple[Any, Any]:
-            self.loaded.append((device, dtype))
+        def load(backend: Any, dtype: torch.dtype, overrides: dict | None = None) -> tuple[Any, Any]:
+            self.loaded.append((str(backend.device), dtype_name(dtype)))
             if fail:
                 raise RuntimeError("out of host memory")
-            return f"floor@{dtype}", None
+            return f"floor@{dtype_name(dtype)}", None
 
         self.lad.load = load  # type: ignore[method-assign]
 
@@ -60,7 +63,7 @@ def test_floor_falls_back_to_the_nearest_dtype_the_reference_runs(tmp_path: Path
     fake = _CpuOnlyLadder(tmp_path)
     assert fake.lad.load_floor(same_place=False) == "floor@bfloat16"
     assert fake.loaded == [("cpu", "bfloat16")]
-    assert "nearest to float16" in fake.lad.floor_label and fake.lad.floor_dtype == "bfloat16"
+    assert "nearest to float16" in fake.lad.floor_label and fake.lad.floor_dtype == torch.bfloat16
     assert any("does not run float16" in n for n in fake.lad.notes)
 
 
@@ -122,9 +125,9 @@ def test_bad_size_raises_before_the_reference_loads_and_leaves_no_dir(tmp_path: 
     loads: list[str] = []
     original = runner.Ladder.load
 
-    def counting(self: runner.Ladder, device: str, dtype: str, overrides: dict | None = None) -> Any:
-        loads.append(dtype)
-        return original(self, device, dtype, overrides)
+    def counting(self: runner.Ladder, backend: Any, dtype: torch.dtype, overrides: dict | None = None) -> Any:
+        loads.append(dtype_name(dtype))
+        return original(self, backend, dtype, overrides)
 
     monkeypatch.setattr(runner.Ladder, "load", counting)
     out = tmp_path / "r"
@@ -188,10 +191,10 @@ def test_crashing_reference_runs_and_gallery_still_write_the_report(tmp_path: Pa
 def test_crashing_reference_load_still_writes_the_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     original = runner.Ladder.load
 
-    def load(self: runner.Ladder, device: str, dtype: str, overrides: dict | None = None) -> Any:
-        if dtype == "float32":
+    def load(self: runner.Ladder, backend: Any, dtype: torch.dtype, overrides: dict | None = None) -> Any:
+        if dtype == torch.float32:
             raise RuntimeError("reference load crashed")
-        return original(self, device, dtype, overrides)
+        return original(self, backend, dtype, overrides)
 
     monkeypatch.setattr(runner.Ladder, "load", load)
     result = run_validation(_opts("tiny-ursa", tmp_path / "r", steps=2, height=32, width=32))

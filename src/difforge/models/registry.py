@@ -1,64 +1,28 @@
-"""Which family a checkpoint folder is, and the built-in tiny model names.
+"""``--model`` to a folder and family, and each family to its pipeline and probe classes.
 
-The family is read from ``model_index.json``'s ``_class_name``; component classes are keyed on
-the class name only (the library/module element is ignored and nothing is ever imported from
-the folder).
+The one place that knows every family: it sits above the family packages (importing each lazily, so
+one family's import cost or failure stays its own) and below the engine and validate, which ask it
+instead of naming a family themselves.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+from typing import Any
 
-from ..errors import CheckpointError, ModelFamilyError, ModelNotFoundError
-from .checkpoint import read_json
-
-URSA = "ursa"
-QWEN_EDIT = "qwen-edit"
-QWEN_EDIT_PLUS = "qwen-edit-plus"
-
-PIPELINE_CLASSES = {
-    "URSAPipeline": URSA,
-    "QwenImageEditPipeline": QWEN_EDIT,
-    "QwenImageEditPlusPipeline": QWEN_EDIT_PLUS,
-}
-BUILTIN_MODELS = {
-    "tiny-ursa": URSA,
-    "tiny-ursa-video": URSA,
-    "tiny-qwen-edit": QWEN_EDIT,
-    "tiny-qwen-edit-plus": QWEN_EDIT_PLUS,
-}
-TASK_FAMILIES = {"generate": (URSA,), "edit": (QWEN_EDIT, QWEN_EDIT_PLUS)}
-
-
-def difforge_home() -> Path:
-    """Cache folder for built tiny checkpoints (``DIFFORGE_HOME``, default ``~/.cache/difforge``)."""
-    return Path(os.environ.get("DIFFORGE_HOME") or Path.home() / ".cache" / "difforge")
-
-
-def detect_family(folder: Path) -> str:
-    index = folder / "model_index.json"
-    if not index.is_file():
-        raise ModelFamilyError(f"{folder} has no model_index.json; point --model at a diffusers-style model folder.")
-    name = read_json(index).get("_class_name")
-    if not isinstance(name, str):  # a list or object here is unhashable: the lookup below would crash
-        raise CheckpointError(f"{index} has no string _class_name (found {repr(name)[:60]}); it is not a pipeline index.")
-    if name not in PIPELINE_CLASSES:
-        known = ", ".join(PIPELINE_CLASSES)
-        raise ModelFamilyError(f"{folder} holds a '{name}' model; difforge supports {known}.")
-    return PIPELINE_CLASSES[name]
+from ..errors import DifforgeError, ModelFamilyError, ModelNotFoundError
+from .families import QWEN_EDIT, QWEN_EDIT_PLUS, TASK_FAMILIES, URSA, detect_family
+from .tiny import TINY_MODELS, ensure_tiny
 
 
 def resolve_model(model: str, task: str | None = None) -> tuple[Path, str]:
     """Turn ``--model`` (a built-in name or a folder) into (folder, family), building tiny models."""
-    if model in BUILTIN_MODELS:
-        from .tiny import ensure_tiny
-
-        folder, family = ensure_tiny(model), BUILTIN_MODELS[model]
+    if model in TINY_MODELS:
+        folder, family = ensure_tiny(model), TINY_MODELS[model]
     else:
         folder = Path(model).expanduser()
         if not folder.exists():
-            names = ", ".join(BUILTIN_MODELS)
+            names = ", ".join(TINY_MODELS)
             raise ModelNotFoundError(f"Model '{model}' not found: no such folder, and not a built-in name ({names}).")
         if not folder.is_dir():
             raise ModelNotFoundError(f"--model must be a folder, but {folder} is a file.")
@@ -67,3 +31,43 @@ def resolve_model(model: str, task: str | None = None) -> tuple[Path, str]:
         want = " or ".join(TASK_FAMILIES[task])
         raise ModelFamilyError(f"{model} is a {family} model, but 'difforge {task}' needs a {want} model.")
     return folder, family
+
+
+def family_of(model: str) -> str:
+    """The family of ``--model`` without building or reading anything heavy (built-in names need no build)."""
+    return TINY_MODELS[model] if model in TINY_MODELS else resolve_model(model)[1]
+
+
+def pipeline_class(family: str) -> Any:
+    """The pipeline class of ``family`` (``from_pretrained(folder, backend, dtype, cfg, record, op_overrides)``)."""
+    if family == URSA:
+        from .ursa import URSAPipeline
+
+        return URSAPipeline
+    if family in (QWEN_EDIT, QWEN_EDIT_PLUS):
+        from .qwen_edit import QwenEditPipeline
+
+        return QwenEditPipeline
+    raise DifforgeError(f"No pipeline for model family '{family}'.")
+
+
+def probe_class(family: str) -> Any:
+    """The :class:`~difforge.models.probing.Probe` class validation wraps around a ``family`` pipeline."""
+    if family == URSA:
+        from .ursa.probe import URSAProbe
+
+        return URSAProbe
+    if family in (QWEN_EDIT, QWEN_EDIT_PLUS):
+        from .qwen_edit.probe import QwenEditProbe
+
+        return QwenEditProbe
+    raise DifforgeError(f"No validation probe for model family '{family}'.")
+
+
+def probe_for(pipeline: Any) -> Any:
+    """The probe of a loaded pipeline (its ``family`` attribute picks the class)."""
+    return probe_class(pipeline.family)(pipeline)
+
+
+__all__ = ["QWEN_EDIT", "QWEN_EDIT_PLUS", "URSA", "detect_family", "family_of", "pipeline_class", "probe_class", "probe_for",
+           "resolve_model"]

@@ -17,7 +17,15 @@ from pathlib import Path
 from safetensors import SafetensorError
 
 from ..errors import OutputError
-from .registry import difforge_home
+from .families import QWEN_EDIT, QWEN_EDIT_PLUS, URSA
+
+#: The built-in models: name -> family.
+TINY_MODELS = {
+    "tiny-ursa": URSA,
+    "tiny-ursa-video": URSA,
+    "tiny-qwen-edit": QWEN_EDIT,
+    "tiny-qwen-edit-plus": QWEN_EDIT_PLUS,
+}
 
 #: Bump a builder's version whenever its output bytes change, so caches rebuild.
 TINY_VERSION = "v1"
@@ -37,6 +45,11 @@ def _builder(name: str) -> Callable[[Path], None]:
 
     plus = name == "tiny-qwen-edit-plus"
     return lambda folder: build_tiny_qwen_edit(folder, plus=plus)
+
+
+def difforge_home() -> Path:
+    """Cache folder for built tiny checkpoints (``DIFFORGE_HOME``, default ``~/.cache/difforge``)."""
+    return Path(os.environ.get("DIFFORGE_HOME") or Path.home() / ".cache" / "difforge")
 
 
 def tiny_path(name: str) -> Path:

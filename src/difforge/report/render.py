@@ -27,6 +27,7 @@ from markupsafe import Markup
 from ..runtime.atomic import atomic_write_bytes, atomic_write_text
 from ..runtime.record import sha256_file
 from ..validate.thresholds import SOURCES
+from ..version import __version__
 from .i18n import RUNG_TITLES, texts
 from .plots import block_plot, step_error_plot, step_time_plot
 
@@ -167,8 +168,6 @@ def _floor_text(t: dict[str, str], traj: RungResult | None, esc: Callable[[Any],
 def build_context(result: ValidationResult, lang: str, plots: dict[str, bytes], deliverables: list[dict],
                   markdown: bool = False) -> dict:
     """The template context; ``markdown=True``: the prose is pre-escaped and marked safe for report.md."""
-    import difforge
-
     esc: Callable[[Any], Any] = md_escape if markdown else (lambda v: v)
     t = texts(lang)
     d = result.data
@@ -214,7 +213,7 @@ def build_context(result: ValidationResult, lang: str, plots: dict[str, bytes], 
         "deliverables": deliverables,
         "plots": {k: base64.b64encode(v).decode() for k, v in plots.items()},
         "plot_files": {k: f"plots/{k}.png" for k in plots},
-        "generated": t["generated"].format(date=date, version=difforge.__version__),
+        "generated": t["generated"].format(date=date, version=__version__),
         "fmt": fmt,
     }
     if markdown:  # the report's own prose and links pass as they are; everything else is escaped

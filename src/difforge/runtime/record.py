@@ -156,8 +156,10 @@ def sha256_file(path: str | Path) -> str:
 def _json_default(obj: Any) -> Any:
     import torch
 
+    from ..devices import dtype_name
+
     if isinstance(obj, torch.dtype):
-        return str(obj).removeprefix("torch.")
+        return dtype_name(obj)
     if isinstance(obj, Path):
         return str(obj)
     if isinstance(obj, set | frozenset | tuple):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..config import check_steps
 from ..devices import DTYPES, dtype_name
 from ..errors import InputError, OutputError
 from .outdir import refuse_message, replaceable
@@ -57,8 +58,7 @@ class ValidateOptions:
             raise InputError("--rounds must be at least 1.")
         if self.warmup < 0:
             raise InputError("--warmup must be 0 or more.")
-        if self.steps is not None and self.steps < 2:
-            raise InputError(f"--steps must be at least 2 (got {self.steps}); one step cannot be compared step by step.")
+        check_steps(self.steps)
         for flag, value in (("--height", self.height), ("--width", self.width)):
             if value is not None and value <= 0:
                 raise InputError(f"{flag} must be a positive number of pixels, not {value}.")
