@@ -8,36 +8,42 @@ exist, and -- one line each -- what is missing and how to fix it.
 Nothing heavy is imported at module import: ``difforge doctor --help`` must stay instant, and
 importing torch_npu has side effects, so every probe imports what it needs inside its function.
 Every probe is wrapped so one broken component is reported rather than crashing the report.
+
+Doctor keeps no second copy of what other modules know: each backend describes its devices and
+presets and answers for its fused kernels and compile policy (torchair is the NPU's), the package list
+is the environment fingerprint's, the C++ compilers are the compile policy's and the CANN paths the
+NPU backend's.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 import os
 import platform
-import shutil
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from .runtime.environment import OPTIONAL_PACKAGES, PACKAGES, package_version
+from .version import __version__
+
 T = TypeVar("T")
 
-PACKAGES = ("torch", "torch_npu", "diffusers", "transformers", "accelerate", "safetensors")
 #: Optional attention kernels: (report name, importable module, what it is).
 OPTIONAL_ATTENTION = (
     ("flash_attn", "flash_attn", "FlashAttention-2 (CUDA)"),
     ("xformers", "xformers", "xFormers memory-efficient attention"),
     ("sageattention", "sageattention", "SageAttention (quantised QK)"),
 )
-CPP_COMPILERS = ("g++", "c++", "clang++")
+#: The torch release that added ``torch.nn.attention.flex_attention``.
+FLEX_ATTENTION_TORCH = "2.5"
 
 
 # ---- collecting ---------------------------------------------------------------------------------------
 def collect_doctor() -> dict[str, Any]:
     """Probe this machine; returns a JSON-serialisable dict (``difforge doctor --json`` prints it)."""
     info: dict[str, Any] = {
-        "difforge": _difforge_version(),
+        "difforge": __version__,
         "python": {"version": platform.python_version(), "executable": sys.executable},
         "os": {
             "system": platform.system(),
@@ -47,9 +53,11 @@ def collect_doctor() -> dict[str, Any]:
             "cpu_count": os.cpu_count(),
         },
     }
+    from .devices.npu import cann_version
+
     info["packages"] = _packages()
     info["torch_npu"] = _torch_npu_info()
-    info["cann"] = _safe(_cann)
+    info["cann"] = _safe(cann_version)
     info["backends"] = _backends()
     info["auto"] = _auto_choice(info["backends"])
     info["env_presets"] = _env_presets(info["backends"])
@@ -67,21 +75,8 @@ def _safe(fn: Callable[[], T], default: Any = None) -> T | Any:
         return default
 
 
-def _difforge_version() -> str:
-    from . import __version__
-
-    return __version__
-
-
-def _dist_version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def _packages() -> dict[str, str | None]:
-    versions = {name: _dist_version(name) for name in PACKAGES}
+    versions = {name: package_version(name) for name in PACKAGES}
     torch_version = _safe(lambda: __import__("torch").__version__)
     if torch_version:
         versions["torch"] = torch_version
@@ -93,31 +88,18 @@ def _torch_npu_info() -> dict[str, Any]:
     from .devices.npu import torch_npu_import_error, torch_npu_module
 
     mod = torch_npu_module()
-    if mod is None:
-        error = torch_npu_import_error()
-        return {
-            "importable": False,
-            "version": _dist_version("torch_npu"),
-            "error": error,
-            "standin": False,
-        }
+    version = getattr(mod, "__version__", None) or package_version("torch_npu")
     return {
-        "importable": True,
-        "version": str(getattr(mod, "__version__", None) or _dist_version("torch_npu")),
-        "error": None,
+        "importable": mod is not None,
+        "version": None if version is None else str(version),
+        "error": None if mod is not None else torch_npu_import_error(),
         "standin": bool(getattr(mod, "__standin__", False)),
     }
 
 
-def _cann() -> str | None:
-    from .devices.npu import cann_version
-
-    return cann_version()
-
-
 def _backends() -> list[dict[str, Any]]:
-    """Every backend in auto order, with its devices; a backend whose probe fails says why."""
-    from .devices import AUTO_ORDER, BACKENDS
+    """Every backend in auto order, with its devices as each describes itself; a failing probe says why."""
+    from .devices import AUTO_ORDER, BACKENDS, get_backend
 
     out = []
     for name in AUTO_ORDER:
@@ -127,13 +109,14 @@ def _backends() -> list[dict[str, Any]]:
             entry["available"] = bool(cls.is_available())
             entry["count"] = int(cls.device_count()) if entry["available"] else 0
             for i in range(entry["count"]):
-                backend = cls(index=None if name in ("cpu", "mps") else i)
+                backend = get_backend(f"{name}:{i}")
+                about = _safe(backend.describe, {})
                 entry["devices"].append(
                     {
                         "index": i,
                         "device": str(backend),
-                        "name": _safe(backend.device_name),
-                        "total_memory_bytes": _safe(backend.total_memory_bytes),
+                        "name": about.get("device_name"),
+                        "total_memory_bytes": about.get("total_memory_bytes"),
                     }
                 )
         except Exception as exc:
@@ -166,6 +149,7 @@ def _env_presets(backends: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for name, cls in BACKENDS.items():
         for preset in cls().env_presets():
             user_value = os.environ.get(preset.name)
+            # Backend.apply_env_presets' rule: the user's value wins, an opt-in preset waits to be asked for
             if user_value is not None:
                 status = "set by user"
             elif preset.opt_in:
@@ -190,43 +174,34 @@ def _env_presets(backends: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _attention(info: dict[str, Any]) -> list[dict[str, Any]]:
     import torch
 
-    rows: list[dict[str, Any]] = []
+    from .devices import BACKENDS
+    from .devices.npu import FUSED_KERNELS
+
     sdpa_detail = "torch.nn.functional.scaled_dot_product_attention"
-    cuda = torch.backends.cuda
-    if torch.cuda.is_available():
-        flags = {
-            "flash": cuda.flash_sdp_enabled(),
-            "mem_efficient": cuda.mem_efficient_sdp_enabled(),
-            "cudnn": _safe(cuda.cudnn_sdp_enabled, False),
-            "math": cuda.math_sdp_enabled(),
-        }
-        sdpa_detail += "; CUDA kernels enabled: " + ", ".join(k for k, on in flags.items() if on)
-    rows.append(
+    for entry in info["backends"]:
+        kernels = _safe(BACKENDS[entry["name"]]().sdpa_kernels, []) if entry["available"] else []
+        if kernels:
+            sdpa_detail += f"; {entry['name'].upper()} kernels enabled: " + ", ".join(kernels)
+    rows: list[dict[str, Any]] = [
         {
             "name": "sdpa",
             "available": hasattr(torch.nn.functional, "scaled_dot_product_attention"),
             "detail": sdpa_detail,
         }
-    )
+    ]
 
     flex_ok = importlib.util.find_spec("torch.nn.attention.flex_attention") is not None
+    flex_detail = "torch.nn.attention.flex_attention" if flex_ok else f"needs torch >= {FLEX_ATTENTION_TORCH}"
+    rows.append({"name": "flex_attention", "available": flex_ok, "detail": flex_detail})
+
+    kernel_name, npu_kernel = FUSED_KERNELS["attention"], None
+    if info["torch_npu"]["importable"]:  # the backend's answer: the kernel it would use
+        npu_kernel = _safe(lambda: BACKENDS["npu"]().fused_kernel("attention"))
     rows.append(
         {
-            "name": "flex_attention",
-            "available": flex_ok,
-            "detail": "torch.nn.attention.flex_attention" if flex_ok else "needs torch >= 2.5",
-        }
-    )
-
-    from .devices.npu import torch_npu_module
-
-    mod = torch_npu_module() if info["torch_npu"]["importable"] else None
-    npu_fa = mod is not None and hasattr(mod, "npu_fusion_attention")
-    rows.append(
-        {
-            "name": "npu_fusion_attention",
-            "available": npu_fa,
-            "detail": "torch_npu.npu_fusion_attention" if npu_fa else "needs torch_npu",
+            "name": kernel_name,
+            "available": npu_kernel is not None,
+            "detail": f"torch_npu.{kernel_name}" if npu_kernel is not None else "needs torch_npu",
         }
     )
 
@@ -248,31 +223,26 @@ def _diffusers_attention_backends() -> list[str] | None:
 def _compile(info: dict[str, Any]) -> dict[str, Any]:
     import torch
 
-    dynamo = _safe(lambda: sorted(__import__("torch._dynamo", fromlist=["list_backends"]).list_backends()))
-    torchair = _torchair(info)
-    compiler = next((path for path in map(shutil.which, CPP_COMPILERS) if path), None)
+    from .devices import BACKENDS
+    from .devices.compile import cpp_compiler
+
+    # torchair is the NPU's compiler: the NPU backend's compile policy says whether it loads (and why
+    # not).  Only asked when torch_npu imports, since torchair cannot import without it.
+    npu = _safe(lambda: BACKENDS["npu"]().compile_policy()) if info["torch_npu"]["importable"] else None
     return {
         "torch_compile": hasattr(torch, "compile"),
-        "dynamo_backends": dynamo,
-        "torchair": torchair,
+        "dynamo_backends": _safe(lambda: sorted(__import__("torch._dynamo", fromlist=["x"]).list_backends())),
+        "torchair": {"available": bool(npu and npu.available), "detail": npu.detail if npu else None},
         "triton": importlib.util.find_spec("triton") is not None,
-        "cpp_compiler": compiler,
+        "cpp_compiler": cpp_compiler(),
     }
-
-
-def _torchair(info: dict[str, Any]) -> dict[str, Any]:
-    """torchair (the NPU graph compiler): a standalone package, or bundled in torch_npu as ``torch_npu.dynamo``."""
-    if _safe(lambda: importlib.util.find_spec("torchair") is not None, False):
-        return {"available": True, "detail": "torchair"}
-    if info["torch_npu"]["importable"] and not info["torch_npu"]["standin"]:
-        bundled = _safe(lambda: importlib.util.find_spec("torch_npu.dynamo.torchair") is not None, False)
-        if bundled:
-            return {"available": True, "detail": "torch_npu.dynamo.torchair (bundled)"}
-    return {"available": False, "detail": None}
 
 
 def _missing(info: dict[str, Any]) -> list[str]:
     """One actionable line per missing piece."""
+    from .devices.compile import CPP_COMPILERS
+    from .devices.npu import CANN_HOME_VARS, CANN_SET_ENV, NPUBackend
+
     lines: list[str] = []
     torch_version = info["packages"].get("torch") or "?"
     major_minor = ".".join(torch_version.split("+")[0].split(".")[:2])
@@ -285,33 +255,33 @@ def _missing(info: dict[str, Any]) -> list[str]:
             )
         else:
             lines.append(
-                f"torch_npu: {npu['error']} -- NPU backend unavailable (source "
-                "/usr/local/Ascend/ascend-toolkit/set_env.sh and check that torch-npu matches torch "
-                f"{major_minor})"
+                f"torch_npu: {npu['error']} -- NPU backend unavailable (source {CANN_SET_ENV} "
+                f"and check that torch-npu matches torch {major_minor})"
             )
     else:
         npu_entry = next(b for b in info["backends"] if b["name"] == "npu")
         if not npu_entry["available"]:
             lines.append(
-                "NPU: torch_npu imports but sees no device -- check `npu-smi info` and ASCEND_RT_VISIBLE_DEVICES"
+                "NPU: torch_npu imports but sees no device -- check `npu-smi info` and "
+                f"{NPUBackend.visible_devices_env}"
             )
     if not info["cann"] and not (npu["importable"] and npu["standin"]):
-        lines.append(
-            "CANN: not found (ASCEND_HOME_PATH unset) -- source /usr/local/Ascend/ascend-toolkit/set_env.sh"
-        )
+        lines.append(f"CANN: not found ({CANN_HOME_VARS[0]} unset) -- source {CANN_SET_ENV}")
     if not any(b["available"] for b in info["backends"] if b["name"] != "cpu"):
         lines.append("accelerator: none found -- difforge will run on the CPU in float32 (slow but exact)")
-    for name in ("torch", "diffusers", "transformers", "accelerate", "safetensors"):
+    for name in (p for p in PACKAGES if p not in OPTIONAL_PACKAGES):
         if not info["packages"].get(name):
             lines.append(f"{name}: not installed -- pip install {name}")
     flex = next(a for a in info["attention"] if a["name"] == "flex_attention")
     if not flex["available"]:
-        lines.append(f"flex_attention: unavailable with torch {torch_version} -- upgrade torch to >= 2.5")
+        lines.append(
+            f"flex_attention: unavailable with torch {torch_version} -- upgrade torch to >= {FLEX_ATTENTION_TORCH}"
+        )
     comp = info["compile"]
     if not comp["cpp_compiler"]:
         lines.append(
-            "C++ compiler: not found -- torch.compile (inductor) on the CPU needs g++; "
-            "install build-essential, or run without --compile"
+            "C++ compiler: not found -- torch.compile (inductor) on the CPU needs one of "
+            f"{', '.join(CPP_COMPILERS)}; install build-essential, or run without --compile"
         )
     if npu["importable"] and not comp["torchair"]["available"]:
         lines.append("torchair: not importable -- torch.compile on the NPU falls back to eager")

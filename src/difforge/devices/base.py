@@ -4,14 +4,50 @@ A backend answers the questions the rest of difforge asks about an accelerator: 
 ``torch.device`` is it, how do I wait for it, how much memory did the last phase peak at, which
 dtype should I default to and which fused kernels may I use.  Everything device-specific lives in
 one backend file; the rest of the code only talks to this protocol.
+
+What comes from ``torch.accelerator`` and what does not
+--------------------------------------------------------
+``torch.accelerator`` speaks for one device type per process: the accelerator this torch build was
+compiled for (cuda, xpu, mps), or the out-of-tree one registered through PrivateUse1 (the real
+torch_npu registers ``npu``).  When that is this backend's type, the device-agnostic calls go
+through it:
+
+* ``synchronize`` -> ``torch.accelerator.synchronize`` and ``device_count`` ->
+  ``torch.accelerator.device_count`` (both torch >= 2.6);
+* ``reset_peak_memory`` / ``peak_memory_bytes`` / ``memory_allocated_bytes`` / ``empty_cache`` ->
+  ``torch.accelerator.reset_peak_memory_stats`` / ``max_memory_allocated`` / ``memory_allocated`` /
+  ``empty_cache``, and the reserved-but-unused term of ``available_memory_bytes`` ->
+  ``torch.accelerator.memory_reserved`` (torch >= 2.8);
+* the free memory of ``available_memory_bytes`` -> ``torch.accelerator.get_memory_info``
+  (torch >= 2.10).
+
+The device module (``torch.cuda``, ``torch.xpu``, ``torch.mps``, ``torch.npu`` / ``torch_npu.npu``)
+answers instead when ``torch.accelerator`` is not driving this device type (another accelerator is
+current, or this torch has none), when this torch predates the call (difforge supports torch >= 2.5,
+so each call is looked up, not assumed), and when the call raises ``RuntimeError`` /
+``NotImplementedError`` / ``ValueError`` - what ``torch.accelerator`` does when the device's own
+backend has not implemented the hook behind it (an out-of-tree allocator that is not a
+``c10::DeviceAllocator``).  The vendor module is the authority ``torch.accelerator`` delegates to, so
+asking it gives the same answer.
+
+Never from ``torch.accelerator``: availability (each backend asks its own module, because
+``torch.accelerator.is_available()`` only answers for the current accelerator), the device name and
+total memory (``torch.accelerator`` has no name or properties call), and everything host-side - the
+CPU backend keeps its own host-memory logic (MemAvailable, cgroup limits), since the CPU is not an
+accelerator and ``torch.accelerator`` never describes it.  MPS keeps its Metal-specific memory
+counters for the same reason (see :mod:`difforge.devices.mps`).
+
+Device arguments are whatever :meth:`Backend._device_arg` returns: the ``torch.device`` by default,
+an int index on the NPU (see :mod:`difforge.devices.npu`).  ``torch.accelerator`` takes either.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any, ClassVar
 
 import torch
@@ -32,6 +68,37 @@ DTYPES: dict[str, torch.dtype] = {
 def dtype_name(dtype: torch.dtype) -> str:
     """``torch.bfloat16`` -> ``"bfloat16"``: the spelling used in configs and records."""
     return str(dtype).removeprefix("torch.")
+
+
+#: Exceptions with which ``torch.accelerator`` says "this device's backend does not implement that":
+#: ``RuntimeError`` (a ``TORCH_CHECK`` in c10, e.g. an allocator that is not a DeviceAllocator),
+#: ``NotImplementedError`` (``TORCH_CHECK_NOT_IMPLEMENTED``) and ``ValueError`` (a device argument its
+#: index parser refuses).  The device module is asked instead; if it fails too, its error propagates.
+_ACCELERATOR_DECLINES = (RuntimeError, NotImplementedError, ValueError)
+
+
+class _NoAnswer:
+    """Returned by :meth:`Backend._device_call` when neither torch.accelerator nor the module has the call."""
+
+
+NO_ANSWER = _NoAnswer()
+
+
+def current_accelerator_module(device_type: str) -> ModuleType | None:
+    """``torch.accelerator`` when it drives ``device_type`` in this process, else None.
+
+    None on a torch without ``torch.accelerator`` (< 2.6), on a CPU-only build (no current
+    accelerator), when another device type is current, and when asking raises (a PrivateUse1 backend
+    renamed without a device module behind it makes torch.accelerator raise for the process).
+    """
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is None:
+        return None
+    try:
+        current = accelerator.current_accelerator()
+    except Exception:  # noqa: BLE001 - "cannot tell" means "not driven by torch.accelerator"
+        return None
+    return accelerator if current is not None and current.type == device_type else None
 
 
 @dataclass
@@ -64,6 +131,10 @@ class Backend(ABC):
     #: Whether a host-to-device copy from page-locked memory overlaps the host on this device
     #: (cuda, npu, xpu).  URSA's per-step host random draws use it; on the CPU there is no copy.
     pinned_host_copies: ClassVar[bool] = False
+    #: The variable that hides or reorders this kind of device (``CUDA_VISIBLE_DEVICES`` ...), if any.
+    visible_devices_env: ClassVar[str | None] = None
+    #: Other variables that change how a run on this device behaves without being presets.
+    extra_env_vars: ClassVar[tuple[str, ...]] = ()
 
     # ---- presence -------------------------------------------------------------------------
     @classmethod
@@ -73,7 +144,14 @@ class Backend(ABC):
 
     @classmethod
     def device_count(cls) -> int:
-        return 1 if cls.is_available() else 0
+        """Devices of this kind: torch.accelerator's count when it drives this type, else the module's."""
+        if not cls.is_available():
+            return 0
+        accelerator = current_accelerator_module(cls.name)
+        if accelerator is not None and hasattr(accelerator, "device_count"):
+            return int(accelerator.device_count())
+        count = getattr(cls._module(), "device_count", None)
+        return int(count()) if count is not None else 1
 
     @property
     def device(self) -> torch.device:
@@ -83,19 +161,45 @@ class Backend(ABC):
         return str(self.device)
 
     # ---- the device module (torch.cuda, torch.npu, torch.xpu, torch.mps) ------------------
-    def _module(self) -> Any | None:
-        return getattr(torch, self.name, None)
+    @classmethod
+    def _module(cls) -> Any | None:
+        """The device module, for what torch.accelerator does not cover or cannot answer."""
+        return getattr(torch, cls.name, None)
+
+    def _device_arg(self) -> Any:
+        """What torch.accelerator and device-module calls take for this device (``torch.device`` here)."""
+        return self.device
+
+    def _device_call(self, name: str, module_name: str | None = None, with_device: bool = True) -> Any:
+        """``torch.accelerator.<name>`` when it drives this device, else the module's ``<module_name>``.
+
+        ``module_name`` defaults to ``name`` (the two APIs share most names; ``get_memory_info`` is
+        ``mem_get_info`` on the modules).  Returns :data:`NO_ANSWER` when neither has the call, so
+        callers can tell "unsupported" from a real zero.  See the module docstring for when the module
+        answers instead of torch.accelerator.
+        """
+        args = (self._device_arg(),) if with_device else ()
+        accelerator = current_accelerator_module(self.name)
+        call: Callable[..., Any] | None = getattr(accelerator, name, None) if accelerator is not None else None
+        if call is not None:
+            try:
+                return call(*args)
+            except _ACCELERATOR_DECLINES:
+                pass  # the device's backend lacks this torch.accelerator hook: its own module answers
+        module = self._module()
+        call = getattr(module, module_name or name, None) if module is not None else None
+        return NO_ANSWER if call is None else call(*args)
 
     def device_name(self) -> str:
         mod = self._module()
         if mod is not None and hasattr(mod, "get_device_name"):
-            return str(mod.get_device_name(self.device))
+            return str(mod.get_device_name(self._device_arg()))
         return self.name
 
     def total_memory_bytes(self) -> int | None:
         mod = self._module()
         if mod is not None and hasattr(mod, "get_device_properties"):
-            return int(mod.get_device_properties(self.device).total_memory)
+            return int(mod.get_device_properties(self._device_arg()).total_memory)
         return None
 
     def available_memory_bytes(self) -> int | None:
@@ -103,52 +207,42 @@ class Backend(ABC):
 
         Pipelines compare their memory estimate with this *before* allocating, so a size that cannot
         fit is refused with one sentence instead of an out-of-memory crash (or, on the host, the OOM
-        killer).  Accelerator modules that follow ``torch.cuda`` report ``mem_get_info() -> (free,
-        total)``; a module without it answers None and the caller skips the check, recording why.
+        killer).  The free bytes come from ``torch.accelerator.get_memory_info`` or the module's
+        ``mem_get_info`` (both ``(free, total)``); blocks torch's caching allocator holds but no tensor
+        uses are added back, since the driver counts them as taken but torch can reuse them.  A
+        device that cannot answer gives None and the caller skips the check, recording why.
         """
-        mod = self._module()
-        if mod is None or not hasattr(mod, "mem_get_info"):
-            return None
-        idx = self._memory_index()
         try:
-            free = int(mod.mem_get_info(idx)[0])
-        except Exception:  # a driver that cannot answer is "unknown", never a crash
+            info = self._device_call("get_memory_info", "mem_get_info")
+        except Exception:  # noqa: BLE001 - a driver that cannot answer is "unknown", never a crash
             return None
-        # Blocks torch's caching allocator holds but no tensor uses: taken for the driver, free for torch.
-        with contextlib.suppress(Exception):
-            free += max(0, int(mod.memory_reserved(idx)) - int(mod.memory_allocated(idx)))
+        if info is NO_ANSWER:
+            return None
+        free = int(info[0])
+        try:
+            reserved, allocated = self._device_call("memory_reserved"), self._device_call("memory_allocated")
+        except Exception:  # noqa: BLE001 - the free figure alone is still a (conservative) answer
+            return free
+        if reserved is not NO_ANSWER and allocated is not NO_ANSWER:
+            free += max(0, int(reserved) - int(allocated))
         return free
 
-    def _memory_index(self) -> Any:
-        """What the device module's memory queries take for this device (``torch.device`` by default)."""
-        return self.device
-
     def synchronize(self) -> None:
-        mod = self._module()
-        if mod is not None and hasattr(mod, "synchronize"):
-            mod.synchronize(self.device)
+        self._device_call("synchronize")
 
     def reset_peak_memory(self) -> None:
-        mod = self._module()
-        if mod is not None and hasattr(mod, "reset_peak_memory_stats"):
-            mod.reset_peak_memory_stats(self.device)
+        self._device_call("reset_peak_memory_stats")
 
     def peak_memory_bytes(self) -> int | None:
-        mod = self._module()
-        if mod is not None and hasattr(mod, "max_memory_allocated"):
-            return int(mod.max_memory_allocated(self.device))
-        return None
+        peak = self._device_call("max_memory_allocated")
+        return None if peak is NO_ANSWER else int(peak)
 
     def memory_allocated_bytes(self) -> int | None:
-        mod = self._module()
-        if mod is not None and hasattr(mod, "memory_allocated"):
-            return int(mod.memory_allocated(self.device))
-        return None
+        allocated = self._device_call("memory_allocated")
+        return None if allocated is NO_ANSWER else int(allocated)
 
     def empty_cache(self) -> None:
-        mod = self._module()
-        if mod is not None and hasattr(mod, "empty_cache"):
-            mod.empty_cache()
+        self._device_call("empty_cache", with_device=False)
 
     # ---- randomness -------------------------------------------------------------------------
     def generator(self, seed: int) -> torch.Generator:
@@ -180,6 +274,15 @@ class Backend(ABC):
     # ---- environment presets ------------------------------------------------------------------
     def env_presets(self) -> list[EnvPreset]:
         return []
+
+    def env_var_names(self) -> tuple[str, ...]:
+        """Every variable that changes a run on this device: the presets, device visibility, the extras.
+
+        The environment fingerprint records these when set, so the names live with the backend
+        that knows them rather than in a second list.
+        """
+        visible = (self.visible_devices_env,) if self.visible_devices_env else ()
+        return (*(p.name for p in self.env_presets()), *visible, *self.extra_env_vars)
 
     def apply_env_presets(self, opt_in: bool = False) -> dict[str, str]:
         """Set recommended env vars the user has not set; returns (and remembers) what was applied."""
@@ -218,13 +321,17 @@ class Backend(ABC):
             self._compile_policy = compile_policy(self.name)
         return self._compile_policy
 
+    def sdpa_kernels(self) -> list[str]:
+        """The SDPA kernels torch may pick on this device, where torch exposes switches for them ([] elsewhere)."""
+        return []
+
     # ---- introspection --------------------------------------------------------------------------
 
     def describe(self) -> dict[str, Any]:
         """What the RunRecord and `difforge doctor` show about this backend."""
         return {
             "backend": self.name,
-            "device": str(self.device),
+            "device": str(self),  # str(self): the NPU names its device without building a torch.device
             "device_name": self.device_name(),
             "device_count": self.device_count(),
             "total_memory_bytes": self.total_memory_bytes(),

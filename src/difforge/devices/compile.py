@@ -29,7 +29,15 @@ from typing import Any
 
 import torch
 
+#: The C++ compilers Inductor's CPU code generator can use, in the order they are looked for.
 CPP_COMPILERS = ("g++", "c++", "clang++")
+#: Where torchair lives: the standalone package, or bundled inside torch_npu.
+TORCHAIR_MODULES = ("torchair", "torch_npu.dynamo.torchair")
+
+
+def cpp_compiler() -> str | None:
+    """The path of the first C++ compiler on PATH, or None (then Inductor cannot compile on the CPU)."""
+    return next((path for path in map(shutil.which, CPP_COMPILERS) if path), None)
 
 
 @dataclass(frozen=True)
@@ -63,7 +71,7 @@ class CompilePolicy:
 
 def _torchair_backend() -> tuple[Callable[..., Any] | None, str]:
     """torchair's NPU backend and where it came from, or ``(None, reason)``."""
-    for name in ("torchair", "torch_npu.dynamo.torchair"):
+    for name in TORCHAIR_MODULES:
         try:
             module = importlib.import_module(name)
         except ImportError:
@@ -88,6 +96,6 @@ def compile_policy(device_type: str) -> CompilePolicy:
     if device_type == "cuda":
         return CompilePolicy(device_type, True, "inductor", "max-autotune-no-cudagraphs", "inductor",
                              "mode max-autotune-no-cudagraphs")
-    if device_type == "cpu" and not any(shutil.which(c) for c in CPP_COMPILERS):
+    if device_type == "cpu" and cpp_compiler() is None:
         return CompilePolicy(device_type, False, detail="no C++ compiler on PATH (Inductor's CPU backend needs one)")
     return CompilePolicy(device_type, True, "inductor", None, "inductor", "default mode")

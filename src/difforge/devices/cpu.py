@@ -1,4 +1,9 @@
-"""CPU backend: always present; the float32 reference device."""
+"""CPU backend: always present; the float32 reference device.
+
+Nothing here comes from ``torch.accelerator``: the CPU is not an accelerator to torch, the host has no
+caching allocator to sync or empty, and what a run can still allocate is the host's free memory
+under the process's cgroup limit, read below.
+"""
 
 from __future__ import annotations
 
@@ -101,6 +106,10 @@ class CPUBackend(Backend):
     @classmethod
     def is_available(cls) -> bool:
         return True
+
+    @classmethod
+    def device_count(cls) -> int:
+        return 1  # the host is one device to torch; torch.accelerator never describes it
 
     @property
     def device(self) -> torch.device:

@@ -13,14 +13,22 @@ class CUDABackend(Backend):
     name: ClassVar[str] = "cuda"
     pinned_host_copies: ClassVar[bool] = True
     fused_ops: ClassVar[frozenset[str]] = frozenset({"attention"})  # SDPA flash / cuDNN / efficient
+    visible_devices_env: ClassVar[str | None] = "CUDA_VISIBLE_DEVICES"
 
     @classmethod
     def is_available(cls) -> bool:
         return torch.cuda.is_available()
 
-    @classmethod
-    def device_count(cls) -> int:
-        return torch.cuda.device_count() if cls.is_available() else 0
+    def sdpa_kernels(self) -> list[str]:
+        """The SDPA kernels torch.backends.cuda currently allows (flash, mem_efficient, cudnn, math)."""
+        cuda = torch.backends.cuda
+        switches = {
+            "flash": cuda.flash_sdp_enabled,
+            "mem_efficient": cuda.mem_efficient_sdp_enabled,
+            "cudnn": getattr(cuda, "cudnn_sdp_enabled", None),  # newer than the other three
+            "math": cuda.math_sdp_enabled,
+        }
+        return [name for name, enabled in switches.items() if enabled is not None and enabled()]
 
     def env_presets(self) -> list[EnvPreset]:
         return [

@@ -1,4 +1,11 @@
-"""Apple MPS backend."""
+"""Apple MPS backend.
+
+Synchronize, empty_cache and the device count go through the base backend (``torch.accelerator``,
+which drives MPS on macOS builds, else ``torch.mps``).  Memory stays on ``torch.mps``'s own counters:
+Metal memory is unified with the host, MPS keeps no peak counter, and the figures that mean something
+here - the working-set budget (``recommended_max_memory``) and what the Metal driver holds
+(``driver_allocated_memory``) - have no ``torch.accelerator`` equivalent.
+"""
 
 from __future__ import annotations
 
@@ -43,7 +50,7 @@ class MPSBackend(Backend):
             return None
 
     def synchronize(self) -> None:
-        torch.mps.synchronize()
+        self._device_call("synchronize", with_device=False)  # torch.mps.synchronize() takes no device
 
     def reset_peak_memory(self) -> None:
         return None  # MPS has no peak counter; the phase timer samples current allocation instead

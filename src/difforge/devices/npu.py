@@ -5,10 +5,13 @@ and only through :func:`torch_npu_module`.  Tests install a stand-in module unde
 (``tests/standin/torch_npu``) whose functions follow the real signatures; no NPU code path in this
 repository has been run on real Ascend hardware from CI.
 
-Device-module calls pass the device *index* (an int), not a ``torch.device``: every torch_npu
-function used here resolves ints itself (``_get_device_index(..., optional=True)``), and an int does
-not depend on ``torch.device("npu")`` being parseable -- which it only is after the real torch_npu
-has renamed torch's PrivateUse1 backend.
+Device calls pass the device *index* (an int), not a ``torch.device``: every torch_npu function used
+here resolves ints itself (``_get_device_index(..., optional=True)``), so does ``torch.accelerator``
+(an int skips its device-type check), and an int does not depend on ``torch.device("npu")`` being
+parseable -- which it only is after the real torch_npu has renamed torch's PrivateUse1 backend.
+The sync and memory calls themselves are the base backend's: ``torch.accelerator`` once the real
+torch_npu has made ``npu`` the current accelerator, ``torch.npu`` / ``torch_npu.npu`` otherwise
+(always, under the test stand-in) -- see :mod:`difforge.devices.base`.
 
 Environment presets and their sources are documented in docs/npu.md.
 """
@@ -37,6 +40,11 @@ FUSED_KERNELS = {
 
 #: The option torch_npu sets through ``torch_npu.npu.set_option`` (npu/npu_config.py), not the env.
 PRECISION_OPTION = "ACL_PRECISION_MODE"
+
+#: Where CANN's ``set_env.sh`` puts the toolkit, in the order :func:`cann_version` reads them.
+CANN_HOME_VARS = ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")
+#: The script that exports them (the default toolkit install path).
+CANN_SET_ENV = "/usr/local/Ascend/ascend-toolkit/set_env.sh"
 
 
 def torch_npu_module() -> ModuleType | None:
@@ -74,7 +82,7 @@ def cann_version() -> str | None:
                 return str(version)
         except Exception:  # older torch_npu without it, or CANN runtime not initialisable
             pass
-    home = os.environ.get("ASCEND_HOME_PATH") or os.environ.get("ASCEND_TOOLKIT_HOME")
+    home = next((os.environ[v] for v in CANN_HOME_VARS if os.environ.get(v)), None)
     if not home or not os.path.isdir(home):
         return None
     candidates = [
@@ -97,6 +105,9 @@ class NPUBackend(Backend):
     name: ClassVar[str] = "npu"
     fused_ops: ClassVar[frozenset[str]] = frozenset({"rms_norm", "swiglu", "attention", "rotary"})
     pinned_host_copies: ClassVar[bool] = True
+    visible_devices_env: ClassVar[str | None] = "ASCEND_RT_VISIBLE_DEVICES"
+    #: HCCL's collective expansion: only multi-NPU collectives read it, recorded in case a user set it.
+    extra_env_vars: ClassVar[tuple[str, ...]] = ("HCCL_OP_EXPANSION_MODE",)
 
     # ---- kernels ------------------------------------------------------------------------------------
     def fused_kernel(self, op: str) -> Any | None:
@@ -122,20 +133,12 @@ class NPUBackend(Backend):
     # ---- presence ---------------------------------------------------------------------------------
     @classmethod
     def is_available(cls) -> bool:
-        mod = torch_npu_module()
-        if mod is None:
+        if torch_npu_module() is None:
             return False
-        npu = getattr(torch, "npu", None) or getattr(mod, "npu", None)
         try:
-            return bool(npu is not None and npu.is_available())
-        except Exception:
+            return bool(cls._npu().is_available())
+        except Exception:  # a torch_npu that imports but cannot reach the driver
             return False
-
-    @classmethod
-    def device_count(cls) -> int:
-        if not cls.is_available():
-            return 0
-        return int(cls._npu().device_count())
 
     @staticmethod
     def _npu() -> Any:
@@ -143,8 +146,9 @@ class NPUBackend(Backend):
         mod = torch_npu_module()
         return getattr(torch, "npu", None) or mod.npu  # type: ignore[union-attr]
 
-    def _module(self) -> Any | None:
-        return self._npu() if torch_npu_module() is not None else None
+    @classmethod
+    def _module(cls) -> Any | None:
+        return cls._npu() if torch_npu_module() is not None else None
 
     @property
     def _idx(self) -> int:
@@ -164,30 +168,9 @@ class NPUBackend(Backend):
     def __str__(self) -> str:
         return f"npu:{self._idx}"
 
-    # ---- device module calls, by index ------------------------------------------------------------
-    def device_name(self) -> str:
-        return str(self._npu().get_device_name(self._idx))
-
-    def total_memory_bytes(self) -> int | None:
-        return int(self._npu().get_device_properties(self._idx).total_memory)
-
-    def _memory_index(self) -> Any:
-        return self._idx  # torch_npu's mem_get_info resolves an int itself (see the module docstring)
-
-    def synchronize(self) -> None:
-        self._npu().synchronize(self._idx)
-
-    def reset_peak_memory(self) -> None:
-        self._npu().reset_peak_memory_stats(self._idx)
-
-    def peak_memory_bytes(self) -> int | None:
-        return int(self._npu().max_memory_allocated(self._idx))
-
-    def memory_allocated_bytes(self) -> int | None:
-        return int(self._npu().memory_allocated(self._idx))
-
-    def empty_cache(self) -> None:
-        self._npu().empty_cache()
+    # ---- device calls, by index ----------------------------------------------------------------------
+    def _device_arg(self) -> Any:
+        return self._idx  # see the module docstring: an int, never torch.device("npu")
 
     # ---- dtypes -------------------------------------------------------------------------------------
     def preferred_dtype(self) -> torch.dtype:
@@ -243,13 +226,7 @@ class NPUBackend(Backend):
     def describe(self) -> dict[str, Any]:
         mod = torch_npu_module()
         return {
-            "backend": self.name,
-            "device": str(self),
-            "device_name": self.device_name(),
-            "device_count": self.device_count(),
-            "total_memory_bytes": self.total_memory_bytes(),
-            "fused_ops": sorted(self.fused_ops),
-            "env_presets_applied": dict(self.applied_presets),
+            **super().describe(),
             "precision_mode_via_set_option": bool(getattr(self, "precision_option_set", False)),
             "torch_npu": getattr(mod, "__version__", None) if mod is not None else None,
             "cann": cann_version(),

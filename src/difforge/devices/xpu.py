@@ -18,7 +18,3 @@ class XPUBackend(Backend):
     def is_available(cls) -> bool:
         xpu = getattr(torch, "xpu", None)
         return bool(xpu is not None and xpu.is_available())
-
-    @classmethod
-    def device_count(cls) -> int:
-        return torch.xpu.device_count() if cls.is_available() else 0

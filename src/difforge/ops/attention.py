@@ -11,16 +11,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-_HAS_GQA = "enable_gqa" in (F.scaled_dot_product_attention.__doc__ or "")
-
 
 def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Bidirectional softmax(q k^T / sqrt(d)) v; returns ``[B, L, heads, d]`` (a transposed view)."""
+    """Bidirectional softmax(q k^T / sqrt(d)) v; returns ``[B, L, heads, d]`` (a transposed view).
+
+    ``enable_gqa`` (torch >= 2.5, difforge's minimum) has SDPA pair each query head with its kv head
+    itself, so no per-group copy of k and v is made here.
+    """
     q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-    if _HAS_GQA:
-        out = F.scaled_dot_product_attention(q, k, v, None, is_causal=False, enable_gqa=True)
-    else:  # torch < 2.5: repeat each kv head for its group of query heads
-        groups = q.shape[1] // k.shape[1]
-        k, v = (t.repeat_interleave(groups, dim=1) for t in (k, v))
-        out = F.scaled_dot_product_attention(q, k, v, None, is_causal=False)
+    out = F.scaled_dot_product_attention(q, k, v, None, is_causal=False, enable_gqa=True)
     return out.transpose(1, 2)

@@ -1,6 +1,8 @@
 """Environment fingerprint: what software and hardware a run happened on.
 
 Kept in the runtime layer (not the report) because every RunRecord carries it; reports only read it.
+The package list is also what ``difforge doctor`` shows; the environment variables recorded are the
+backends' own (each names its presets and device-visibility variable) plus the host's.
 """
 
 from __future__ import annotations
@@ -14,23 +16,26 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..version import __version__
+
 if TYPE_CHECKING:
     from ..devices import Backend
 
+#: The stack a run depends on: recorded in every fingerprint and listed by ``difforge doctor``.
 PACKAGES = ("torch", "torch_npu", "torchair", "diffusers", "transformers", "accelerate", "safetensors", "tokenizers")
-#: Environment variables that change how a run behaves on some backend; recorded when set.
-ENV_VARS = (
-    "PYTORCH_NPU_ALLOC_CONF",
-    "PYTORCH_CUDA_ALLOC_CONF",
-    "TASK_QUEUE_ENABLE",
-    "CPU_AFFINITY_CONF",
-    "ACL_PRECISION_MODE",
-    "HCCL_OP_EXPANSION_MODE",
-    "ASCEND_RT_VISIBLE_DEVICES",
-    "CUDA_VISIBLE_DEVICES",
-    "OMP_NUM_THREADS",
-    "PYTORCH_ENABLE_MPS_FALLBACK",
-)
+#: Packages only some devices need (the NPU stack); every other one in PACKAGES is required.
+OPTIONAL_PACKAGES = ("torch_npu", "torchair")
+#: Variables that change a run on any device (read by torch's CPU runtime); the device-specific ones
+#: are the backends' (:meth:`~difforge.devices.Backend.env_var_names`).
+HOST_ENV_VARS = ("OMP_NUM_THREADS",)
+
+
+def recorded_env_vars() -> tuple[str, ...]:
+    """Every environment variable a fingerprint records when set: each backend's, then the host's."""
+    from ..devices import BACKENDS
+
+    names = [name for cls in BACKENDS.values() for name in cls().env_var_names()]
+    return tuple(dict.fromkeys([*names, *HOST_ENV_VARS]))
 
 
 def package_version(name: str) -> str | None:
@@ -67,8 +72,6 @@ def environment_fingerprint(backend: Backend | None = None) -> dict[str, Any]:
     """Versions, platform, relevant env vars and (optionally) the device under use."""
     import torch
 
-    from .. import __version__
-
     info: dict[str, Any] = {
         "difforge": __version__,
         "difforge_git": git_revision(),
@@ -77,7 +80,7 @@ def environment_fingerprint(backend: Backend | None = None) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "packages": {name: package_version(name) for name in PACKAGES},
-        "env": {k: os.environ[k] for k in ENV_VARS if k in os.environ},
+        "env": {k: os.environ[k] for k in recorded_env_vars() if k in os.environ},
     }
     if backend is not None:
         info["device"] = backend.describe()
