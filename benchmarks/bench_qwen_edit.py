@@ -188,7 +188,7 @@ def end_to_end_tiny(seed: int = 0) -> dict[str, Any]:
     from difforge.config import RunConfig
     from difforge.devices import CPUBackend
     from difforge.models.qwen_edit import QwenEditPipeline, build_tiny_qwen_edit
-    from difforge.models.qwen_edit.components import gradient_image
+    from difforge.runtime.images import test_picture
     from difforge.runtime.record import RunRecord
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -203,7 +203,7 @@ def end_to_end_tiny(seed: int = 0) -> dict[str, Any]:
         qe = QwenEditPipeline.from_pretrained(folder, CPUBackend(), torch.float32, cfg, record)
         load_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        images = qe(cfg, record, [gradient_image(96, 64)])
+        images = qe(cfg, record, [test_picture(96, 64)])
         first_s = time.perf_counter() - t0
     return {
         "model": "tiny-qwen-edit-plus", "device": "cpu", "dtype": "float32", "steps": 2,
@@ -222,9 +222,9 @@ def formula_flops(config: dict[str, Any], image_tokens: int, lengths: list[int])
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from difforge.devices import dtype_name, get_backend
     from difforge.models.qwen_edit.attention import install_processor, install_real_rope
-    from difforge.models.qwen_edit.components import count_forward_flops
     from difforge.models.qwen_edit.fp8 import module_weight_bytes
     from difforge.models.qwen_edit.loop import SpeedOptions
+    from difforge.models.qwen_edit.probe import count_forward_flops
     from difforge.models.qwen_edit.speed import install_compile
     from difforge.runtime.record import RunRecord
 

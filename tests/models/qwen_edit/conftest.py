@@ -11,7 +11,8 @@ import torch
 from difforge.config import RunConfig
 from difforge.devices import CPUBackend
 from difforge.models.qwen_edit import QwenEditPipeline, build_tiny_qwen_edit
-from difforge.models.qwen_edit.components import gradient_image
+from difforge.models.qwen_edit.probe import QwenEditProbe
+from difforge.runtime.images import test_picture
 from difforge.runtime.record import RunRecord
 
 
@@ -40,8 +41,13 @@ def load(folder: Path, cfg: RunConfig, dtype: torch.dtype = torch.float32, overr
     return QwenEditPipeline.from_pretrained(folder, CPUBackend(), dtype, cfg, record, op_overrides=overrides), record
 
 
+def probe(qe: QwenEditPipeline) -> QwenEditProbe:
+    """The validation hooks of ``qe`` (forward_step, components, FLOPs, operators)."""
+    return QwenEditProbe(qe)
+
+
 def card(width: int = 96, height: int = 64, flip: bool = False):
-    img = gradient_image(width, height)
+    img = test_picture(width, height)
     return img.transpose(0) if flip else img
 
 

@@ -17,7 +17,7 @@ from difforge.models.qwen_edit import (
 )
 from difforge.models.qwen_edit.fp8 import COMFY_PREFIX, Fp8Linear, quant_info
 
-from .conftest import card, load, make_cfg, pixels
+from .conftest import card, load, make_cfg, pixels, probe
 
 
 @pytest.fixture(scope="module")
@@ -39,11 +39,11 @@ def reference(plus_folder: Path) -> dict:
     """The fp32 model folder's transformer output and image on fixed inputs."""
     cfg = make_cfg(plus_folder)
     qe, record = load(plus_folder, cfg)
-    inputs = qe.component_inputs(cfg)["transformer"]
+    inputs = probe(qe).component_inputs(cfg)["transformer"]
     _, bf16_record = load(plus_folder, cfg, torch.bfloat16)
     return {
         "inputs": inputs,
-        "velocity": qe.run_component("transformer", inputs),
+        "velocity": probe(qe).run_component("transformer", inputs),
         "image": pixels(qe(cfg, record, [card()])[0]),
         "bf16_bytes": bf16_record.extra["transformer_weight_bytes"],
         "linears": sum(isinstance(m, torch.nn.Linear) for m in qe.pipe.transformer.modules()),
@@ -76,7 +76,7 @@ def test_converted_transformer_is_close_and_stays_fp8(
 ) -> None:
     cfg = make_cfg(plus_folder, transformer_file=str(fp8_files[form]))
     qe, record = load(plus_folder, cfg, dtype)
-    out = qe.run_component("transformer", reference["inputs"])
+    out = probe(qe).run_component("transformer", reference["inputs"])
     rel = _rel(out, reference["velocity"])
     weight_bytes = record.extra["transformer_weight_bytes"]
     print(f"{form} {dtype}: relative error vs fp32 {rel:.4f}; weights {weight_bytes} B vs bf16 {reference['bf16_bytes']} B")

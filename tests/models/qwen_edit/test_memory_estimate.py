@@ -24,9 +24,9 @@ from difforge.errors import DeviceOutOfMemoryError
 from difforge.models.qwen_edit import QwenEditPipeline
 from difforge.models.qwen_edit import loader as loader_mod
 from difforge.models.qwen_edit import memory as mem
-from difforge.models.qwen_edit.components import gradient_image
 from difforge.models.qwen_edit.settings import EditSettings
 from difforge.models.tiny import ensure_tiny
+from difforge.runtime.images import test_picture as picture  # not collected as a test
 from difforge.runtime.memory import format_bytes
 from difforge.runtime.record import RunRecord
 
@@ -73,7 +73,7 @@ def test_cli_refuses_a_huge_edit_before_reading_weights(tmp_path: Path, availabl
     monkeypatch.setattr(loader_mod, "_load_text_encoder", _refuse("loading"))
     monkeypatch.setattr(loader_mod, "load_transformer_file", _refuse("loading"))
     image, out = tmp_path / "in.png", tmp_path / "a.png"
-    gradient_image(96, 64).save(image)
+    picture(96, 64).save(image)
     r = runner.invoke(app, ["edit", "--image", str(image), "--prompt", "x", "--device", "cpu", "-q", "--steps", "2",
                             "--height", "8192", "--width", "8192", "--output", str(out)], catch_exceptions=False)
     assert r.exit_code == 2, (r.exit_code, r.stdout, r.stderr)
@@ -92,7 +92,7 @@ def test_call_refused_at_a_huge_size_before_encoding(available, monkeypatch, tin
     record = RunRecord("edit")
     huge = RunConfig(model="tiny-qwen-edit", prompt="x", steps=2, height=8192, width=8192, quiet=True)
     with pytest.raises(DeviceOutOfMemoryError) as info:
-        pipe(huge, record, [gradient_image(96, 64)])
+        pipe(huge, record, [picture(96, 64)])
     text = str(info.value)
     assert text.startswith("tiny-qwen-edit at 8192x8192 needs about ") and "with --vae-tiling it needs about" in text
     est = record.extra["memory_estimate"]["call"]
@@ -101,13 +101,13 @@ def test_call_refused_at_a_huge_size_before_encoding(available, monkeypatch, tin
     # The suggestion holds: with tiling the same size passes the check (without running it).
     tiled = RunConfig(model="tiny-qwen-edit", prompt="x", steps=2, height=8192, width=8192, quiet=True, vae_tiling=True)
     pipe.configure(tiled)
-    ok = mem.check_call_memory(pipe, tiled, [gradient_image(96, 64)], 8192, 8192, None)
+    ok = mem.check_call_memory(pipe, tiled, [picture(96, 64)], 8192, 8192, None)
     assert ok is not None and ok.checked and ok.needed_bytes < 8 * GIB
 
 
 def test_demo_size_passes_and_both_estimates_are_recorded(tmp_path: Path, available, tiny) -> None:
     available(8 * GIB)
-    result = api.edit(gradient_image(96, 64), "make the sky red", device="cpu", steps=2, height=64, width=64,
+    result = api.edit(picture(96, 64), "make the sky red", device="cpu", steps=2, height=64, width=64,
                       quiet=True)
     estimates = result.record.extra["memory_estimate"]
     load, call = estimates["load"], estimates["call"]

@@ -11,11 +11,12 @@ import torch
 from difforge.errors import DifforgeError
 from difforge.models.qwen_edit.overrides import reference_attention, reference_rms_norm
 
-from .conftest import card, load, make_cfg, pixels
+from .conftest import card, load, make_cfg, pixels, probe
 
 
 def _velocity(qe, cfg) -> torch.Tensor:
-    return qe.run_component("transformer", qe.component_inputs(cfg)["transformer"])
+    hooks = probe(qe)
+    return hooks.run_component("transformer", hooks.component_inputs(cfg)["transformer"])
 
 
 def test_reference_overrides_reproduce_diffusers(edit_folder: Path) -> None:

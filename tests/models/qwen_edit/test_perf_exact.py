@@ -34,7 +34,7 @@ def _run(folder: Path, images, **kw):
 
 
 def _velocities(qe, cfg, batched: bool) -> torch.Tensor:
-    p = qe._prepared_for(cfg)
+    p = qe.prepared_for(cfg)
     t = qe._timesteps(p, 4)[1]
     with torch.inference_mode():
         return Denoiser(qe.pipe.transformer, batched_cfg=batched).velocity(p, p.noise, t, cfg.true_cfg)
@@ -45,7 +45,7 @@ def test_batched_cfg_equals_two_calls(plus_folder: Path, real_rope: bool) -> Non
     """One batch-2 call with the shorter text padded == two batch-1 calls, with either processor path."""
     disable = [] if real_rope else ["real-rope"]
     qe, cfg, *_ = _run(plus_folder, [card(), card(64, 80, flip=True)], disable=disable)
-    p = qe._prepared
+    p = qe.cached_prepared(cfg)
     assert p.prompt_embeds.shape[1] != p.negative_embeds.shape[1]  # the ragged case is the one exercised
     batch = Denoiser(qe.pipe.transformer).cfg_batch(p)
     assert batch.mask is None and batch.text_lengths == (p.prompt_embeds.shape[1], p.negative_embeds.shape[1])
@@ -59,7 +59,7 @@ def test_batched_cfg_equals_two_calls(plus_folder: Path, real_rope: bool) -> Non
 def test_masked_batch_equals_two_calls_with_diffusers_processor(edit_folder: Path) -> None:
     """Loaded with diffusers' processor, a batched run falls back to a padding mask; still exact."""
     qe, cfg, *_ = _run(edit_folder, [card()], disable=ALL_OFF)
-    p = qe._prepared
+    p = qe.cached_prepared(cfg)
     p._batch = None
     batch = Denoiser(qe.pipe.transformer).cfg_batch(p)
     assert batch.text_lengths is None and batch.mask is not None and not bool(batch.mask.all())
@@ -121,7 +121,7 @@ class _SyncCounter(TorchDispatchMode):
 
 def test_denoise_loop_has_no_host_syncs(plus_folder: Path) -> None:
     qe, cfg, record, *_ = _run(plus_folder, [card()])
-    p = qe._prepared
+    p = qe.cached_prepared(cfg)
     timesteps = qe._timesteps(p, 3)
     counter = _SyncCounter()
     with torch.inference_mode(), counter:
@@ -140,7 +140,7 @@ def test_the_record_names_the_option_that_adds_host_syncs(plus_folder: Path, fas
     cfg = make_cfg(plus_folder, fast=[fast])
     qe, record = load(plus_folder, cfg)
     qe._prepare(cfg, [card()])
-    p = qe._prepared
+    p = qe.cached_prepared(cfg)
     counter = _SyncCounter()
     with torch.inference_mode(), counter:
         denoise(qe.denoiser(cfg), qe.pipe.scheduler, p, qe._timesteps(p, 3), cfg.true_cfg)

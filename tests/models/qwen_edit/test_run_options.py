@@ -1,9 +1,10 @@
-"""Options fixed at load: the compile policy per device, weights never left on the meta device."""
+"""Options fixed at load: the compile policy and the attention kernel per device, weights never left on meta."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -60,10 +61,9 @@ def test_a_weight_left_on_the_meta_device_is_a_checkpoint_error(tmp_path: Path) 
 
 def test_switching_npu_attention_off_sets_sdpa_explicitly(edit_folder: Path) -> None:
     """A reused pipeline that ran _native_npu goes back to 'native' (not diffusers' process-wide default)."""
-    from types import SimpleNamespace
-
     from diffusers.models.attention_dispatch import AttentionBackendName
 
+    from difforge.devices import NPUBackend
     from difforge.models.qwen_edit.loader import choose_attention
     from difforge.runtime.record import RunRecord
 
@@ -72,7 +72,54 @@ def test_switching_npu_attention_off_sets_sdpa_explicitly(edit_folder: Path) -> 
     for proc in processors:
         proc._attention_backend = AttentionBackendName._NATIVE_NPU  # as set_attention_backend left it
     record = RunRecord("edit")
-    npu = SimpleNamespace(name="npu")
-    assert choose_attention(qe.pipe, npu, torch.bfloat16, record, allow_npu=False) == "native"
+    assert choose_attention(qe.pipe, NPUBackend(), torch.bfloat16, record, allow_npu=False) == "native"
     assert all(proc._attention_backend == AttentionBackendName.NATIVE for proc in processors)
     assert "switched off with 'npu-attention'" in record.adaptations[-1].detail
+
+
+class _AsksFor:
+    """A backend stand-in that answers only the attention question (what choose_attention may ask)."""
+
+    def __init__(self, name: str, why: str = "") -> None:
+        self.answer = (name, why)
+        self.asked: list[tuple[torch.dtype, bool]] = []
+
+    def diffusers_attention(self, dtype: torch.dtype, allow_fused: bool = True) -> tuple[str, str]:
+        self.asked.append((dtype, allow_fused))
+        return self.answer
+
+
+@pytest.mark.parametrize("dtype, allow, detail", [
+    (torch.float32, True, "the NPU fused kernel needs bf16/fp16"),
+    (torch.bfloat16, False, "_native_npu switched off with 'npu-attention'"),
+])
+def test_the_backend_chooses_the_attention_kernel(edit_folder: Path, dtype: torch.dtype, allow: bool,
+                                                  detail: str) -> None:
+    """The kernel and its reason are the backend's answer; the record only writes them down."""
+    from difforge.devices import NPUBackend
+    from difforge.models.qwen_edit.loader import choose_attention
+    from difforge.runtime.record import RunRecord
+
+    qe, _ = load(edit_folder, make_cfg(edit_folder))
+    record = RunRecord("edit")
+    assert choose_attention(qe.pipe, NPUBackend(), dtype, record, allow_npu=allow) == "native"
+    entry = record.adaptations[-1]
+    assert (entry.what, entry.choice, entry.detail) == ("attention", "torch SDPA (diffusers 'native')", detail)
+    asked = _AsksFor("native", "because")
+    choose_attention(qe.pipe, asked, dtype, record, allow_npu=allow)
+    assert asked.asked == [(dtype, allow)] and record.adaptations[-1].detail == "because"
+
+
+def test_a_fused_kernel_diffusers_refuses_keeps_sdpa_and_says_why(edit_folder: Path) -> None:
+    """An NPU answer on a machine without torch_npu: diffusers refuses the backend, SDPA stays, the record says why."""
+    from difforge.models.qwen_edit.loader import choose_attention
+    from difforge.runtime.record import RunRecord
+
+    cfg = make_cfg(edit_folder)
+    qe, _ = load(edit_folder, cfg)
+    before = pixels(qe(cfg, RunRecord("edit"), [card()])[0])
+    record = RunRecord("edit")
+    assert choose_attention(qe.pipe, _AsksFor("_native_npu"), torch.bfloat16, record) == "native"
+    entry = record.adaptations[-1]
+    assert entry.choice == "torch SDPA (diffusers 'native')" and entry.detail.startswith("_native_npu refused: ")
+    assert np.array_equal(pixels(qe(cfg, RunRecord("edit"), [card()])[0]), before)

@@ -24,7 +24,7 @@ from ..checkpoint import (
     read_json,
     weight_files,
 )
-from ..registry import detect_family
+from ..families import detect_family
 from .fp8 import FLOAT_HEADER_DTYPES
 
 #: component -> (library, class) exactly as the official model_index.json files spell them.
@@ -52,7 +52,7 @@ class CheckedFolder:
     """A folder that passed :func:`check_model_folder`, with what was learnt on the way."""
 
     path: Path
-    family: str  # registry.QWEN_EDIT or registry.QWEN_EDIT_PLUS
+    family: str  # families.QWEN_EDIT or families.QWEN_EDIT_PLUS
     pipeline_class: str
     weight_bytes: dict[str, int]  # component -> bytes of its safetensors files
 

@@ -4,10 +4,12 @@ Loading is strictly local and safetensors-only: the folder is checked first (see
 :mod:`.folder`), then diffusers loads it with ``use_safetensors=True, local_files_only=True`` and
 ``trust_remote_code=False``.  diffusers does not hand that flag on to the transformers components,
 and transformers *asks* on a terminal before importing custom code it was given no answer for, so
-the text encoder, processor and tokenizer are loaded here with an explicit ``False``.  Every
-weight is checked to be finite once loaded.  A transformer-only FP8 file replaces the folder's
-transformer (see :mod:`.fp8`).  Every device-specific choice made here (attention kernel, weight
-format, memory plan) is written to the RunRecord.
+the text encoder, processor and tokenizer are loaded here with an explicit ``False``.  Each weighted
+component is loaded on its own with its library's ``output_loading_info=True``, and the library's
+report of missing, unexpected and misshaped keys decides whether the files match the config.
+Every weight is checked to be finite once loaded.  A transformer-only FP8 file replaces the
+folder's transformer (see :mod:`.fp8`).  Every device-specific choice made here (attention
+kernel, weight format, memory plan) is written to the RunRecord.
 """
 
 from __future__ import annotations
@@ -20,18 +22,19 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ...config import RunConfig
 from ...devices import Backend, dtype_name
 from ...errors import CheckpointError, DifforgeError
 from ...runtime.record import RunRecord
-from ..checkpoint import WEIGHTS_NAME, check_finite, safetensors_keys, weight_files
+from ..checkpoint import check_finite
+from ..families import QWEN_EDIT_PLUS
 from .compat import apply_processor_shim
 from .folder import COMPONENTS, CheckedFolder, check_model_folder
 from .fp8 import Fp8FileInfo, Fp8Linear, fp8_name, load_transformer_file, module_weight_bytes
+from .memory import check_load_memory
 
 if TYPE_CHECKING:
     from diffusers import DiffusionPipeline
-
-    from ...config import RunConfig
 
 
 @dataclass
@@ -93,10 +96,6 @@ def load_pipeline(
     """
     import diffusers
 
-    from ...config import RunConfig
-    from ..registry import QWEN_EDIT_PLUS
-    from .memory import check_load_memory
-
     apply_processor_shim()
     folder = Path(folder)
     checked = check_model_folder(folder, skip_weights=frozenset({"transformer"}) if transformer_file else frozenset())
@@ -112,6 +111,8 @@ def load_pipeline(
     try:
         with quiet_hf(True):  # difforge shows its own progress; HF loading bars are noise on stderr
             components["text_encoder"] = _load_text_encoder(folder / "text_encoder", dtype)
+            for name in ("vae",) if transformer_file else ("transformer", "vae"):
+                components[name] = _load_diffusers_model(folder / name, COMPONENTS[name][1], dtype)
             components.update(_load_text_side(folder))
             pipe = cls.from_pretrained(
                 str(folder), dtype=dtype, use_safetensors=True, local_files_only=True, trust_remote_code=False,
@@ -123,9 +124,6 @@ def load_pipeline(
         raise CheckpointError(
             f"Could not load the pipeline in {folder} ({exc.__class__.__name__}: {_first_line(exc)})."
         ) from None
-    # quiet_hf also silences diffusers' missing/unexpected-key warnings, so the match is checked here.
-    for name in ("vae",) if transformer_file else ("transformer", "vae"):
-        check_keys_match(getattr(pipe, name), folder / name)
     for name in ("transformer", "vae", "text_encoder"):
         check_no_meta(getattr(pipe, name), folder / name)
     for name in ("transformer", "vae", "text_encoder"):
@@ -136,39 +134,52 @@ def load_pipeline(
     return LoadedPipeline(pipe, checked, info)
 
 
-def _bad_key(where: Path, missing: list[str], unexpected: list[str]) -> None:
-    """One sentence naming the first missing (else unexpected) weight, URSA's wording."""
+def _bad_key(where: Path, report: dict[str, Any]) -> None:
+    """One sentence naming the first missing (else unexpected, else misshaped) weight of a loading report.
+
+    ``report`` is what diffusers' and transformers' ``from_pretrained(..., output_loading_info=True)``
+    return: both compare the files' keys with the model the config builds (after their own renames
+    and weight tying), so the comparison is theirs; only the refusal is difforge's.  Loading itself
+    only logs these, and :func:`quiet_hf` silences that log.
+    """
+    missing = sorted(report.get("missing_keys", ()))
     if missing:
         raise CheckpointError(
             f"{where} lacks weight '{missing[0]}' ({len(missing)} missing); the file does not match its config."
         )
+    unexpected = sorted(report.get("unexpected_keys", ()))
     if unexpected:
         raise CheckpointError(
             f"{where} has unexpected weight '{unexpected[0]}' ({len(unexpected)} extra); the file does not match"
             " its config."
         )
+    mismatched = sorted(report.get("mismatched_keys", ()))
+    if mismatched:
+        raise CheckpointError(f"{where} weight '{mismatched[0][0]}' has a shape its config does not imply.")
 
 
-def check_keys_match(module: torch.nn.Module, component: Path, name: str = WEIGHTS_NAME) -> None:
-    """The safetensors keys of ``component`` must be exactly the module's persistent state.
+def _load_diffusers_model(component: Path, class_name: str, dtype: torch.dtype) -> Any:
+    """A diffusers model component (transformer, VAE), loaded as the pipeline would load it, with its report.
 
-    diffusers drops extra weights silently and leaves missing ones on the meta device.  A tied
-    parameter (one tensor under two names) counts as present when the file holds any of its names;
-    non-persistent buffers are not in ``state_dict`` and so never expected.
+    The keyword arguments are those diffusers' pipeline loader passes to a sub-model, so the weights
+    are the ones ``DiffusionPipeline.from_pretrained`` would give; ``class_name`` is the fixed class
+    :data:`.folder.COMPONENTS` admits for the component, never one named by the folder.
     """
-    in_file: set[str] = set()
-    for path in weight_files(component, name):
-        in_file.update(safetensors_keys(path))
-    names_of: dict[int, list[str]] = {}
-    for key, tensor in module.state_dict(keep_vars=True).items():
-        names_of.setdefault(id(tensor), []).append(key)
-    missing = sorted(names[0] for names in names_of.values() if not in_file.intersection(names))
-    expected = {key for names in names_of.values() for key in names}
-    _bad_key(component, missing, sorted(in_file - expected))
+    import diffusers
+
+    model, report = getattr(diffusers, class_name).from_pretrained(
+        str(component), torch_dtype=dtype, use_safetensors=True, local_files_only=True, output_loading_info=True,
+    )
+    _bad_key(component, report)
+    return model
 
 
 def check_no_meta(module: torch.nn.Module, component: Path) -> None:
-    """No parameter or buffer may be left on the meta device (a weight the files never provided)."""
+    """No parameter or buffer may be left on the meta device (a weight the files never provided).
+
+    The loading reports list the keys the files lack, but neither library refuses a model left
+    partly on the meta device; this is the invariant the reports are trusted to imply.
+    """
     for key, tensor in [*module.named_parameters(), *module.named_buffers()]:
         if tensor.is_meta:
             raise CheckpointError(f"{component} lacks weight '{key}'; the file does not match its config.")
@@ -187,10 +198,7 @@ def _load_text_encoder(component: Path, dtype: torch.dtype) -> Any:
         str(component), dtype=dtype, use_safetensors=True, local_files_only=True, output_loading_info=True,
         trust_remote_code=False,
     )
-    _bad_key(component, sorted(report.get("missing_keys", ())), sorted(report.get("unexpected_keys", ())))
-    mismatched = sorted(report.get("mismatched_keys", ()))
-    if mismatched:
-        raise CheckpointError(f"{component} weight '{mismatched[0][0]}' has a shape its config does not imply.")
+    _bad_key(component, report)
     return model
 
 
@@ -283,33 +291,36 @@ def _record_weights(pipe: DiffusionPipeline, dtype: torch.dtype, info: Fp8FileIn
     )
 
 
+#: How the record names a diffusers attention backend other than ``native`` that a device may ask for.
+FUSED_ATTENTION_LABELS = {"_native_npu": "torch_npu.npu_fusion_attention (diffusers '_native_npu')"}
+NATIVE_ATTENTION_LABEL = "torch SDPA (diffusers 'native')"
+
+
 def choose_attention(
     pipe: DiffusionPipeline, backend: Backend, dtype: torch.dtype, record: RunRecord, allow_npu: bool = True
 ) -> str:
-    """Pick the attention kernel once: the NPU fused kernel where it applies, else PyTorch SDPA.
+    """Set the attention kernel the backend chooses (:meth:`~difforge.devices.Backend.diffusers_attention`).
 
-    SDPA itself picks flash / cuDNN / memory-efficient kernels on CUDA; difforge's processor never
-    hands it a padding mask (see :mod:`.attention`), so those fused kernels stay eligible.  On the NPU,
-    ``npu_fusion_attention`` takes masks with the opposite polarity to SDPA (True = masked out);
-    diffusers' ``_native_npu`` backend inverts them, and difforge passes none in its default path.
-    ``allow_npu=False`` (``--disable npu-attention``) keeps SDPA on the NPU.
+    The device decides: its fused kernel where it applies (the NPU's ``_native_npu`` in bf16/fp16),
+    else PyTorch SDPA, with the reason it gives.  SDPA itself picks flash / cuDNN / memory-efficient
+    kernels on CUDA; difforge's processor never hands it a padding mask (see :mod:`.attention`), so
+    those fused kernels stay eligible, and ``_native_npu`` inverts SDPA's mask polarity for
+    ``npu_fusion_attention`` where a mask is passed at all.  ``allow_npu=False`` (``--disable
+    npu-attention``) asks for no fused kernel.  A kernel diffusers refuses (torch_npu missing) leaves
+    SDPA in place, and the record says why.
     """
     transformer = pipe.transformer
-    if not allow_npu and backend.name == "npu":
-        _back_to_native(transformer)
-        record.adapt("attention", "torch SDPA (diffusers 'native')", detail="_native_npu switched off with 'npu-attention'")
-        return "native"
-    if backend.name == "npu" and backend.has_fused("attention") and dtype in (torch.bfloat16, torch.float16):
+    name, why = backend.diffusers_attention(dtype, allow_fused=allow_npu)
+    if name != "native":
         try:
-            transformer.set_attention_backend("_native_npu")
-        except Exception as exc:  # torch_npu missing or the kernel refused: keep SDPA and say why
-            _back_to_native(transformer)
-            record.adapt("attention", "torch SDPA (diffusers 'native')", detail=f"_native_npu refused: {_first_line(exc)}")
-            return "native"
-        record.adapt("attention", "torch_npu.npu_fusion_attention (diffusers '_native_npu')")
-        return "_native_npu"
-    why = "" if backend.name != "npu" else "the NPU fused kernel needs bf16/fp16"
-    record.adapt("attention", "torch SDPA (diffusers 'native')", detail=why)
+            transformer.set_attention_backend(name)
+        except Exception as exc:  # the kernel's library is missing or refused: keep SDPA and say why
+            name, why = "native", f"{name} refused: {_first_line(exc)}"
+        else:
+            record.adapt("attention", FUSED_ATTENTION_LABELS.get(name, f"diffusers '{name}'"))
+            return name
+    _back_to_native(transformer)
+    record.adapt("attention", NATIVE_ATTENTION_LABEL, detail=why)
     return "native"
 
 
@@ -326,7 +337,10 @@ def _back_to_native(transformer: Any) -> None:
 
 
 def place(pipe: DiffusionPipeline, backend: Backend, plan: str, vae_tiling: bool, record: RunRecord) -> None:
-    """Apply the memory plan: where each component lives and when it moves."""
+    """Apply the memory plan: where each component lives and when it moves.
+
+    ``plan`` is one of :data:`difforge.config.OFFLOAD_PLANS` (``RunConfig.validate`` refuses any other).
+    """
     if plan in ("model", "sequential"):
         if backend.device.type == "cpu":
             raise DifforgeError(
@@ -345,13 +359,9 @@ def place(pipe: DiffusionPipeline, backend: Backend, plan: str, vae_tiling: bool
             "sequential": "accelerate hooks stream every layer's weights to the device (slow, least memory)",
         }[plan]
         record.adapt("offload", f"diffusers enable_{plan}_cpu_offload", detail=detail)
-    elif plan in ("none", "before-decode"):
+    else:  # none, before-decode: the whole pipeline lives on the device
         pipe.to(backend.device)
         record_offload(plan, record)
-    else:
-        from ...config import OFFLOAD_PLANS
-
-        raise DifforgeError(f"Unknown --offload '{plan}'; use one of {', '.join(OFFLOAD_PLANS)}.")
     set_vae_tiling(pipe, vae_tiling, record)
 
 

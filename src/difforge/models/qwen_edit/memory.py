@@ -49,7 +49,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import nn
@@ -67,7 +67,6 @@ if TYPE_CHECKING:
 
     from ...config import RunConfig
     from ...runtime.record import RunRecord
-    from .pipeline import QwenEditPipeline
     from .settings import EditSettings
 
 #: Hidden-sized (tokens x dim) tensors alive at the peak of one transformer block: the block's
@@ -89,6 +88,25 @@ DROPPED_TEXT_TOKENS = 64  # the system prompt's hidden states are dropped before
 RESBLOCK_UNITS = 9
 #: The Qwen2-VL processor's defaults (real checkpoints): patch 14, 2x2 merge, pixel bounds.
 VISION_DEFAULTS = {"patch_size": 14, "merge_size": 2, "min_pixels": 56 * 56, "max_pixels": 28 * 28 * 1280}
+
+
+class LoadedEdit(Protocol):
+    """What the call estimate reads of a loaded pipeline (``QwenEditPipeline`` is one).
+
+    Spelled out here so this module stays below the pipeline: the pipeline asks memory before a
+    call, never the other way round.
+    """
+
+    pipe: Any  # the diffusers pipeline: transformer, text_encoder, vae
+    backend: Backend
+    dtype: torch.dtype
+    folder: Path
+    settings: EditSettings
+    offload: str
+    vae_tiling: bool
+
+    @property
+    def plus(self) -> bool: ...
 
 
 # ---- parameters --------------------------------------------------------------------------------
@@ -275,7 +293,7 @@ def _on_device(module: nn.Module) -> bool:
     return first is not None and first.device.type not in ("cpu", "meta")
 
 
-def weights_of(pipe: QwenEditPipeline) -> Weights:
+def weights_of(pipe: LoadedEdit) -> Weights:
     """What a loaded pipeline's components hold, measured from the modules themselves."""
     from .fp8 import Fp8Linear
 
@@ -506,7 +524,7 @@ def plan_total(plan: str, w: Weights, parts: dict[str, int], on_cpu: bool) -> in
 
 def _options(plan: str, tiling: bool, on_cpu: bool) -> list[tuple[str, bool]]:
     """Leaner settings to suggest, cheapest change first (offload plans only on accelerators)."""
-    plans = [] if on_cpu else list(OFFLOAD_PLANS[OFFLOAD_PLANS.index(plan) + 1:]) if plan in OFFLOAD_PLANS else []
+    plans = [] if on_cpu else list(OFFLOAD_PLANS[OFFLOAD_PLANS.index(plan) + 1:])  # RunConfig.validate admits no other plan
     out = [] if tiling else [(plan, True)]
     out += [(p, tiling) for p in plans]
     out += [] if tiling else [(p, True) for p in plans]
@@ -628,7 +646,7 @@ def text_config(folder: Path) -> Any:
     return Qwen2_5_VLConfig.from_pretrained(str(folder / "text_encoder"), local_files_only=True)
 
 
-def check_call_memory(pipe: QwenEditPipeline, cfg: RunConfig, images: list[PIL.Image.Image], height: int, width: int,
+def check_call_memory(pipe: LoadedEdit, cfg: RunConfig, images: list[PIL.Image.Image], height: int, width: int,
                       record: RunRecord | None) -> MemoryEstimate | None:
     """Before the prompt is encoded: refuse a call whose activations (and offloaded weights) cannot fit."""
     p = pipe.pipe

@@ -3,10 +3,11 @@
 The stages are those of diffusers' ``QwenImageEditPipeline.__call__`` / ``QwenImageEditPlusPipeline.
 __call__`` (check inputs, encode prompt and references, prepare noise and timesteps, denoise with
 true CFG, decode), run here one by one so each is a timed RunRecord phase, each step is timed and
-observable (``step_hook``), a single step can be recomputed for teacher-forced validation
-(``forward_step``), and the weights can leave the device before the VAE decode.  For the same
-inputs the result equals diffusers' ``__call__`` (tested on the tiny models): bit for bit with every
-exact speed-up switched off (``cfg.disable``), within float rounding with them on (see :mod:`.loop`).
+observable (``step_hook``), the prepared state of a run can be had again for teacher-forced
+validation (``prepared_for``; the steps themselves are recomputed by :mod:`.probe`), and the
+weights can leave the device before the VAE decode.  For the same inputs the result equals
+diffusers' ``__call__`` (tested on the tiny models): bit for bit with every exact speed-up switched
+off (``cfg.disable``), within float rounding with them on (see :mod:`.loop`).
 """
 
 from __future__ import annotations
@@ -22,19 +23,22 @@ import PIL.Image
 import torch
 from torch import Tensor
 
-from ...config import OFFLOAD_PLANS, RunConfig
+from ...config import RunConfig
 from ...devices import Backend
-from ...errors import InputError, SizeError, StepsError
+from ...errors import InputError, SizeError
+from ...runtime.images import load_images
 from ...runtime.progress import track
 from ...runtime.record import RunRecord
 from ...runtime.steps import StepTimer
+from ..families import QWEN_EDIT_PLUS
 from ..load_defaults import load_defaults
-from ..registry import QWEN_EDIT_PLUS
-from .loader import choose_attention, load_pipeline, place
+from .loader import choose_attention, load_pipeline, place, record_offload, set_vae_tiling
 from .loop import Denoiser, Prepared, SpeedOptions, denoise, schedule
+from .memory import check_call_memory
 from .overrides import install_overrides
 from .references import References, check_fit, check_images, fit_area, prepare_references
 from .settings import EditSettings
+from .speed import RUN_SWITCHABLE, forget, install_compile, install_exact, install_fast
 
 DEFAULT_STEPS = 50
 #: diffusers' Qwen prompt template keeps the hidden states after the system prompt's 64 tokens.
@@ -106,8 +110,6 @@ class QwenEditPipeline:
     ) -> QwenEditPipeline:
         """Load a diffusers-layout folder.  ``QwenEditPipeline.from_pretrained(path)`` alone works too:
         the device defaults to ``auto`` and the dtype to float32 on the CPU (the backend's choice elsewhere)."""
-        from .speed import install_compile, install_exact, install_fast
-
         folder = Path(folder)
         backend, dtype, cfg, record = load_defaults(folder, "edit", backend, dtype, cfg, record)
         options = SpeedOptions.from_config(cfg)
@@ -150,17 +152,13 @@ class QwenEditPipeline:
         Switchable on a loaded pipeline: the exact speed-ups (``cfg.disable``), the step caches
         (``cfg.fast``), VAE tiling, and ``--offload none`` / ``before-decode``.  ``--compile`` and the
         accelerate offload plans are set up at load: a run that asks for other ones is an
-        ``InputError`` (reload the pipeline).  Everything is checked before anything changes.
+        ``InputError`` (reload the pipeline).  Everything is checked before anything changes; the
+        plan itself is one of ``config.OFFLOAD_PLANS`` (``RunConfig.validate`` refuses any other).
         """
-        from .loader import choose_attention, record_offload, set_vae_tiling
-        from .speed import RUN_SWITCHABLE, forget, install_exact, install_fast
-
         run = SpeedOptions.from_config(cfg)
         if run.compile != self.options.compile:
             loaded, asked = ("with", "without") if self.options.compile else ("without", "with")
             raise InputError(f"This pipeline was loaded {loaded} --compile; reload the pipeline to run {asked} it.")
-        if cfg.offload not in OFFLOAD_PLANS:
-            raise InputError(f"Unknown --offload plan '{cfg.offload}'; use one of {', '.join(OFFLOAD_PLANS)}.")
         if cfg.offload != self.offload and not {cfg.offload, self.offload} <= {"none", "before-decode"}:
             raise InputError(
                 f"This pipeline was loaded with --offload {self.offload}; reload the pipeline to run with --offload"
@@ -175,7 +173,7 @@ class QwenEditPipeline:
             install_fast(transformer, run, state, current=self.options)
             self.options = run
         if cfg.offload != self.offload:
-            self._restore_after_release()
+            self.restore_weights()
             self.offload = cfg.offload
             record_offload(cfg.offload, state)
         if bool(cfg.vae_tiling) != self.vae_tiling:
@@ -207,15 +205,12 @@ class QwenEditPipeline:
         return int(self.pipe.vae_scale_factor) * 2
 
     # ---- input checks -------------------------------------------------------------------------
-    def _steps(self, cfg: RunConfig) -> int:
-        steps = DEFAULT_STEPS if cfg.steps is None else int(cfg.steps)
-        if steps < 2:
-            raise StepsError(
-                f"--steps must be at least 2 for Qwen-Image-Edit (got {steps}); its scheduler divides by zero at 1 step."
-            )
-        return steps
+    @staticmethod
+    def _steps(cfg: RunConfig) -> int:
+        """The run's step count: the family's default when unset (``RunConfig.validate`` refuses < 2)."""
+        return DEFAULT_STEPS if cfg.steps is None else int(cfg.steps)
 
-    def _size(self, cfg: RunConfig, images: list[PIL.Image.Image]) -> tuple[int, int]:
+    def output_size(self, cfg: RunConfig, images: list[PIL.Image.Image]) -> tuple[int, int]:
         """(height, width): the user's, or the last reference's aspect ratio at the output area.
 
         Every reference must also fit the areas it will be resized to (a side rounding to 0 is a
@@ -238,13 +233,16 @@ class QwenEditPipeline:
             )
         return height, width
 
-    def _negative_prompt(self, cfg: RunConfig) -> str | None:
+    @staticmethod
+    def negative_prompt_for(cfg: RunConfig) -> str | None:
+        """The negative prompt ``cfg`` runs with: None without CFG, the published " " when none is given."""
         if cfg.true_cfg <= 1:
             return None
         return DEFAULT_NEGATIVE_PROMPT if cfg.negative_prompt is None else cfg.negative_prompt
 
     # ---- stages -------------------------------------------------------------------------------
-    def _references(self, images: list[PIL.Image.Image]) -> References:
+    def references(self, images: list[PIL.Image.Image]) -> References:
+        """The references as the VL encoder and the VAE see them (this folder's areas)."""
         return prepare_references(
             self.pipe.image_processor, images, self.plus, self.settings.reference_area, self.settings.condition_area
         )
@@ -253,12 +251,12 @@ class QwenEditPipeline:
     def _prepare(
         self, cfg: RunConfig, images: list[PIL.Image.Image], generator: torch.Generator | None = None
     ) -> Prepared:
-        """Encode prompt(s) and references, draw the initial noise; cached for forward_step."""
+        """Encode prompt(s) and references, draw the initial noise; cached for :meth:`prepared_for`."""
         pipe = self.pipe
-        height, width = self._size(cfg, images)
-        refs = self._references(images)
+        height, width = self.output_size(cfg, images)
+        refs = self.references(images)
         embeds, mask = pipe.encode_prompt(image=refs.prompt_images, prompt=cfg.prompt, device=self.device)
-        negative = self._negative_prompt(cfg)
+        negative = self.negative_prompt_for(cfg)
         neg_embeds = neg_mask = None
         if negative is not None:
             neg_embeds, neg_mask = pipe.encode_prompt(image=refs.prompt_images, prompt=negative, device=self.device)
@@ -275,10 +273,24 @@ class QwenEditPipeline:
         self._prepared = prepared
         return prepared
 
-    def _prepared_for(self, cfg: RunConfig) -> Prepared:
+    def cached_prepared(self, cfg: RunConfig) -> Prepared | None:
+        """The prepared state of the last run if it ran ``cfg`` (same fingerprint), else None."""
         if self._prepared is not None and self._prepared.key == cfg.fingerprint():
             return self._prepared
-        return self._prepare(cfg, _open_images(cfg, self.plus))
+        return None
+
+    def prepared_for(self, cfg: RunConfig) -> Prepared:
+        """``cfg``'s prepared state: the last run's when it ran ``cfg``, else prepared from ``cfg.images``.
+
+        What a teacher-forced step needs: the same prompt states, reference latents and noise the
+        run's own steps used.
+        """
+        cached = self.cached_prepared(cfg)
+        return cached if cached is not None else self._prepare(cfg, self.images_of(cfg))
+
+    def images_of(self, cfg: RunConfig) -> list[PIL.Image.Image]:
+        """The reference images named in ``cfg.images``, checked for this family (see :func:`_open_images`)."""
+        return _open_images(cfg, self.plus)
 
     def _timesteps(self, prepared: Prepared, steps: int) -> Tensor:
         return schedule(self.pipe.scheduler, prepared.noise.shape[1], steps, self.device)
@@ -286,10 +298,6 @@ class QwenEditPipeline:
     def denoiser(self, cfg: RunConfig) -> Denoiser:
         """This run's denoiser: batched CFG unless the run switched it off."""
         return Denoiser(self.pipe.transformer, batched_cfg=SpeedOptions.from_config(cfg).batched_cfg)
-
-    def _velocity(self, cfg: RunConfig, p: Prepared, latents: Tensor, t: Tensor) -> Tensor:
-        """The (true-CFG combined, norm-rescaled) velocity at timestep ``t`` - what the scheduler steps with."""
-        return self.denoiser(cfg).velocity(p, latents, t, cfg.true_cfg)
 
     def _denoise(
         self, cfg: RunConfig, p: Prepared, steps: int, record: RunRecord, step_hook: StepHook | None
@@ -321,7 +329,8 @@ class QwenEditPipeline:
         self._released = True
         self.backend.empty_cache()
 
-    def _restore_after_release(self) -> None:
+    def restore_weights(self) -> None:
+        """Bring back to the device what ``before-decode`` moved to the host (nothing if nothing moved)."""
         if self._released:
             self.pipe.text_encoder.to(self.device)
             self.pipe.transformer.to(self.device)
@@ -396,12 +405,10 @@ class QwenEditPipeline:
     ) -> list[PIL.Image.Image]:
         images = check_images(images, self.plus)
         steps = self._steps(cfg)
-        height, width = self._size(cfg, images)  # size errors before any work
+        height, width = self.output_size(cfg, images)  # size errors before any work
         self.configure(cfg, record)
-        from .memory import check_call_memory  # refuse a size that cannot fit, before anything is allocated
-
-        check_call_memory(self, cfg, images, height, width, record)
-        self._restore_after_release()
+        check_call_memory(self, cfg, images, height, width, record)  # refuse a size that cannot fit, before allocating
+        self.restore_weights()
         with record.phase("encode", self.backend):
             prepared = self._prepare(cfg, images, generator)
         with record.phase("denoise", self.backend):
@@ -417,23 +424,9 @@ class QwenEditPipeline:
         record.extra["output_size"] = [prepared.width, prepared.height]
         return out
 
-    @torch.inference_mode()
-    def forward_step(self, cfg: RunConfig, i: int, inputs: dict[str, Tensor]) -> dict[str, Tensor]:
-        """Recompute step ``i``'s velocity from recorded inputs (teacher forcing); CPU float32 out."""
-        self.configure(cfg)
-        p = self._prepared_for(cfg)
-        self._restore_after_release()
-        latents = inputs["latents"].to(self.device, p.noise.dtype)
-        t = inputs["timestep"].to(self.device, torch.float32).reshape(())
-        velocity = self._velocity(cfg, p, latents, t)
-        return {"noise_pred": _cpu(velocity)}
-
-    # ---- introspection for validation ---------------------------------------------------------
-    def transformer_blocks(self) -> list[tuple[str, torch.nn.Module]]:
-        return [(f"transformer_blocks.{i}", block) for i, block in enumerate(self.pipe.transformer.transformer_blocks)]
-
     @staticmethod
     def _token_counts(p: Prepared) -> dict[str, int]:
+        """The run's sequence lengths for the record: all image tokens, the output's, each text's."""
         image = sum(prod(s) for s in p.img_shapes[0])
         return {
             "image": image,
@@ -442,29 +435,11 @@ class QwenEditPipeline:
             "negative_text": int(p.negative_embeds.shape[1]) if p.negative_embeds is not None else 0,
         }
 
-    def component_inputs(self, cfg: RunConfig) -> dict[str, dict[str, Tensor]]:
-        from .components import component_inputs
-
-        return component_inputs(self, cfg)
-
-    def run_component(self, name: str, inputs: dict[str, Tensor]) -> Tensor:
-        from .components import run_component
-
-        self._restore_after_release()
-        return run_component(self, name, inputs)
-
-    def flops_per_step(self, cfg: RunConfig) -> dict[str, Any]:
-        from .components import flops_per_step
-
-        return flops_per_step(self, cfg)
-
 
 def _open_images(cfg: RunConfig, plus: bool) -> list[PIL.Image.Image]:
-    """The reference images named in ``cfg.images`` (forward_step without a preceding run).
+    """The reference images named in ``cfg.images`` (a teacher-forced step without a preceding run).
 
-    Decoded by :func:`difforge.api.load_images`, the one place for the input-image rules (EXIF
-    orientation, pixel limit), so validation sees the same pixels as ``difforge edit``.
+    Decoded by :func:`difforge.runtime.images.load_images`, the one place for the input-image rules
+    (EXIF orientation, pixel limit), so validation sees the same pixels as ``difforge edit``.
     """
-    from ...runtime.images import load_images
-
     return check_images(load_images(cfg.images), plus)
