@@ -131,6 +131,9 @@ class Backend(ABC):
     #: Whether a host-to-device copy from page-locked memory overlaps the host on this device
     #: (cuda, npu, xpu).  URSA's per-step host random draws use it; on the CPU there is no copy.
     pinned_host_copies: ClassVar[bool] = False
+    #: Whether the device is the host itself: its memory is host memory (estimates count weights and
+    #: activations once) and there is nowhere to offload to.
+    is_host: ClassVar[bool] = False
     #: The variable that hides or reorders this kind of device (``CUDA_VISIBLE_DEVICES`` ...), if any.
     visible_devices_env: ClassVar[str | None] = None
     #: Other variables that change how a run on this device behaves without being presets.

@@ -99,6 +99,7 @@ def host_available_memory() -> int | None:
 
 class CPUBackend(Backend):
     name: ClassVar[str] = "cpu"
+    is_host: ClassVar[bool] = True
     # float16 is refused on the CPU: many CPU kernels lack half support or emulate it very slowly;
     # bfloat16 is the reduced-precision dtype to test a port's numerics on a CPU-only machine.
     supported_dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float32, torch.bfloat16)

@@ -26,7 +26,7 @@ def load_defaults(
 ) -> tuple[Backend, torch.dtype, RunConfig, RunRecord]:
     backend = backend if backend is not None else get_backend("auto")
     if dtype is None:
-        dtype = torch.float32 if backend.name == "cpu" else backend.preferred_dtype()
+        dtype = backend.preferred_dtype()  # the backend's policy: float32 on the CPU
     cfg = cfg if cfg is not None else RunConfig(model=str(folder))
     record = record if record is not None else RunRecord(kind=kind)
     return backend, dtype, cfg, record

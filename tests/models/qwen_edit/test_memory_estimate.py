@@ -235,6 +235,7 @@ def test_refusal_names_the_offload_plan_that_fits(tmp_path: Path, available) -> 
 
     class Accelerator(CPUBackend):
         name = "cuda"
+        is_host = False
 
         @property
         def device(self) -> torch.device:

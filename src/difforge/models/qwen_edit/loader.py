@@ -342,7 +342,7 @@ def place(pipe: DiffusionPipeline, backend: Backend, plan: str, vae_tiling: bool
     ``plan`` is one of :data:`difforge.config.OFFLOAD_PLANS` (``RunConfig.validate`` refuses any other).
     """
     if plan in ("model", "sequential"):
-        if backend.device.type == "cpu":
+        if backend.is_host:
             raise DifforgeError(
                 f"--offload {plan} moves weights between the host and an accelerator, but the device is the CPU;"
                 " use --offload none or before-decode."

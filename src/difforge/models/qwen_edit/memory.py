@@ -560,7 +560,7 @@ def tiling_settings(vae: Any = None) -> dict[str, int]:
 def _estimate(what: str, backend: Backend, w: Weights, parts_for: Any, plan: str, tiling: bool,
               resident: int, fallback: str) -> tuple[MemoryEstimate, str]:
     """The estimate of ``plan``/``tiling`` and the hint naming a leaner setting that would fit."""
-    on_cpu = backend.device.type == "cpu"
+    on_cpu = backend.is_host
     parts = parts_for(tiling)
     total = plan_total(plan, w, parts, on_cpu)
     estimate = MemoryEstimate(what=what, device=str(backend), needed_bytes=max(0, total - resident),
@@ -599,7 +599,7 @@ def check_load_memory(folder: Path, backend: Backend | None, dtype: torch.dtype,
     from .settings import EditSettings
 
     backend = backend or CPUBackend()
-    on_cpu = backend.device.type == "cpu"
+    on_cpu = backend.is_host
     what = f"Loading {_name(cfg, folder)}"
     try:
         settings = EditSettings.from_folder(folder)
@@ -656,7 +656,7 @@ def check_call_memory(pipe: LoadedEdit, cfg: RunConfig, images: list[PIL.Image.I
         what = f"{_name(cfg, pipe.folder)} at {_size_text(shapes)}"
         w = weights_of(pipe)
         resident = sum(module_bytes(m) for m in (p.transformer, p.text_encoder, p.vae) if _on_device(m))
-        if pipe.backend.device.type == "cpu":
+        if pipe.backend.is_host:
             resident = w.total
         processor = processor_settings(pipe.folder)
         tcfg, vcfg = dict(p.transformer.config), dict(p.vae.config)
