@@ -2,8 +2,9 @@
 
 Weights are random and built on the meta device, then materialised directly on the target device and
 filled in place there, so a full-size 1.7B model is ready in seconds on an accelerator (no CPU init).
-Every variant runs through ``URSAPipeline.generate_tokens`` - the same loop ``difforge generate``
-runs - so a step includes the CPU/device random draws, the CFG combine and the scheduler step.
+Every variant runs through ``URSAPipeline.generate_tokens`` - stages 3 and 4 (prepare tokens, denoise) of
+the call ``difforge generate`` runs - so a step includes the CPU/device random draws, the CFG combine and
+the scheduler step.
 
 Variants, all measured in the same process:
 
@@ -177,6 +178,7 @@ def run_variant(
     """Warm up, then time ``args.repeat`` runs of ``args.steps`` steps; returns the result and last tokens."""
     cfg = RunConfig(model="random", quiet=True, guidance=args.guidance, guidance_trunc=args.guidance_trunc,
                     disable=list(variant.disable), fast=list(variant.fast), compile=variant.compile)
+    flags = pipe.optimisations(cfg)
     policy = pipe.set_compile(variant.compile)
     gen = torch.Generator().manual_seed(args.seed)
     cond = torch.randint(0, 1000, (1, TEXT_LEN), generator=gen)
@@ -189,7 +191,7 @@ def run_variant(
         sync(dev)
         t0 = time.perf_counter()
         x = pipe.generate_tokens(cond, uncond, latent, args.steps, args.guidance, args.guidance_trunc,
-                                 torch.Generator().manual_seed(args.seed), cfg, record=record)
+                                 torch.Generator().manual_seed(args.seed), flags, record=record)
         sync(dev)
         return (time.perf_counter() - t0) * 1000.0, x, record
 

@@ -2,7 +2,7 @@
 
 Before the fix ``generate --height 4096 --width 4096`` on tiny-ursa started with no bound at all.
 Every test here fixes the backend's available memory by monkeypatching it, so nothing depends on
-this machine's RAM; a guard on ``generate_tokens`` makes "it started anyway" fail at once instead of
+this machine's RAM; a guard on ``prepare_tokens`` makes "it started anyway" fail at once instead of
 running for hours.
 """
 
@@ -41,7 +41,7 @@ def no_denoise(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args, **kwargs):
         raise AssertionError("denoising started before the memory check refused the size")
 
-    monkeypatch.setattr(URSAPipeline, "generate_tokens", refuse)
+    monkeypatch.setattr(URSAPipeline, "prepare_tokens", refuse)
 
 
 def _generate(out: Path, *extra: str):

@@ -46,8 +46,8 @@ def tokens(pipe: URSAPipeline, steps: int, trunc: float, seed: int, **kw) -> tup
     gen = torch.Generator().manual_seed(100 + seed)
     cond, uncond = torch.randint(0, 200, (2, 320), generator=gen).chunk(2)
     record = RunRecord("generate")
-    x = pipe.generate_tokens(cond, uncond, (1, 4, 4), steps, 7, trunc, torch.Generator().manual_seed(seed), cfg,
-                             record=record)
+    x = pipe.generate_tokens(cond, uncond, (1, 4, 4), steps, 7, trunc, torch.Generator().manual_seed(seed),
+                             pipe.optimisations(cfg), record=record)
     return x, record
 
 
@@ -131,13 +131,13 @@ def test_device_rng_is_labelled_reproducible_and_keeps_reuse_first_exact(other_p
     assert not torch.equal(a, default)  # another random stream: not the CPU reference's tokens
     assert "device-rng" in FAST_OPTIMISATIONS
     record = RunRecord("generate")
-    other_pipe._record_flags(RunConfig(model="t", fast=["device-rng"]), record)
+    other_pipe._record_flags(other_pipe.optimisations(RunConfig(model="t", fast=["device-rng"])), record)
     assert not next(x for x in record.adaptations if x.what == "random stream").exact
 
 
 def test_device_generator_seeds_from_the_run_generator() -> None:
     g1, g2 = torch.Generator().manual_seed(9), torch.Generator().manual_seed(9)
-    d1, d2 = device_generator(torch.device("cpu"), g1), device_generator(torch.device("cpu"), g2)
+    d1, d2 = device_generator(CPUBackend(), g1), device_generator(CPUBackend(), g2)
     assert torch.equal(torch.rand(4, generator=d1), torch.rand(4, generator=d2))
     assert torch.equal(g1.get_state(), g2.get_state())
 
@@ -155,9 +155,47 @@ def test_compile_policy_per_device(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_set_compile_installs_and_removes_the_layer_function(tiny_ursa) -> None:
     pipe, _ = load(tiny_ursa)
     record = RunRecord("generate")
-    pipe._record_flags(RunConfig(model="t", compile=True), record)  # installs, does not run
-    assert pipe.transformer.layers_compiled
+    policy = pipe.set_compile(True)  # installs, does not run
+    assert pipe.transformer.layers_compiled and policy is pipe.compile_policy
+    pipe._record_flags(pipe.optimisations(RunConfig(model="t", compile=True)), record)
     adapt = next(a for a in record.adaptations if a.what == "compile")
     assert adapt.choice.startswith("inductor") and not adapt.exact
     pipe.set_compile(False)
     assert not pipe.transformer.layers_compiled and pipe.compile_policy is None
+
+
+def test_recording_the_flags_never_compiles(tiny_ursa) -> None:
+    """``_record_flags`` only writes adaptations: with cfg.compile asked for it neither compiles nor says so."""
+    pipe, _ = load(tiny_ursa)
+    record = RunRecord("generate")
+    pipe._record_flags(pipe.optimisations(RunConfig(model="t", compile=True)), record)
+    assert not pipe.transformer.layers_compiled and pipe.compile_policy is None
+    assert "compile" not in {a.what for a in record.adaptations}
+    assert {"lm_head rows", "first forward", "rope table"} <= {a.what for a in record.adaptations}
+
+
+def test_each_call_switches_compile_once(tiny_ursa, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``set_compile`` runs exactly once per call, with cfg.compile; the reference's call asks for eager."""
+    pipe, _ = load(tiny_ursa)
+    asked: list[bool] = []
+    eager = pipe.set_compile
+
+    def spy(enabled: bool):  # type: ignore[no-untyped-def]
+        asked.append(enabled)
+        return eager(False)  # record the request, stay eager (compiling here would cost minutes)
+
+    monkeypatch.setattr(pipe, "set_compile", spy)
+    pipe(RunConfig(model="t", quiet=True, height=32, width=32, steps=2, compile=True), RunRecord("generate"))
+    pipe(RunConfig(model="t", quiet=True, height=32, width=32, steps=2), RunRecord("generate"))
+    pipe(prompt="x", height=32, width=32, num_inference_steps=2, output_type="latent")
+    assert asked == [True, False, False]
+
+
+def test_optimisations_are_one_frozen_value(tiny_pipe: URSAPipeline) -> None:
+    import dataclasses
+
+    flags = tiny_pipe.optimisations(RunConfig(model="t", disable=["rope-cache"], fast=["unguided-tail"]))
+    assert (flags.lm_head_slice, flags.reuse_first, flags.rope_cache, flags.unguided_tail) == (True, True, False, True)
+    assert not flags.pinned_draws and not flags.device_rng  # the CPU backend has no pinned host copies
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        flags.rope_cache = True  # type: ignore[misc]

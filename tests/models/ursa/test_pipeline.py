@@ -12,7 +12,7 @@ import torch
 from difforge.config import RunConfig
 from difforge.errors import CheckpointError, InputError, ModelFamilyError, SizeError, StepsError
 from difforge.models.ursa import URSAPipeline
-from difforge.models.ursa.pipeline import step_seed
+from difforge.models.ursa.probe import URSAProbe, step_seed
 from difforge.runtime.record import RunRecord
 
 from .conftest import load
@@ -177,25 +177,27 @@ def test_step_hook_and_forward_step(tiny_pipe: URSAPipeline) -> None:
     assert inputs["tokens"].shape == (1, 16) and outputs["logits"].shape == (1, 16, 64)
     assert outputs["logits"].dtype == torch.float32 and torch.equal(outputs["tokens"], inputs["tokens"])
     assert torch.equal(seen[3][1]["tokens"], tiny_pipe.last_tokens.flatten(1))
+    probe = URSAProbe(tiny_pipe)
     for i in (1, 2):  # teacher forcing reproduces the run's guided logits from the recorded tokens
-        out = tiny_pipe.forward_step(cfg, i, {"tokens": seen[i][0]["tokens"]})
+        out = probe.forward_step(cfg, i, {"tokens": seen[i][0]["tokens"]})
         torch.testing.assert_close(out["logits"], seen[i][1]["logits"], rtol=0, atol=0)
-        again = tiny_pipe.forward_step(cfg, i, {"tokens": seen[i][0]["tokens"]})
+        again = probe.forward_step(cfg, i, {"tokens": seen[i][0]["tokens"]})
         assert torch.equal(out["tokens"], again["tokens"]) and out["tokens"].dtype == torch.int64
     assert step_seed(5, 1) != step_seed(5, 2)
 
 
 def test_components_blocks_and_flops(tiny_pipe: URSAPipeline) -> None:
     cfg = RunConfig(model="tiny-ursa", prompt="a cat", height=64, width=32)
-    inputs = tiny_pipe.component_inputs(cfg)
+    probe = URSAProbe(tiny_pipe)
+    inputs = probe.component_inputs(cfg)
     assert inputs["transformer"]["ids"].shape == (1, 320 + 1 + 8)
-    logits = tiny_pipe.run_component("transformer", inputs["transformer"])
+    logits = probe.run_component("transformer", inputs["transformer"])
     assert logits.shape == (1, 8, 64) and logits.dtype == torch.float32
-    pixels = tiny_pipe.run_component("vae_decode", inputs["vae_decode"])
+    pixels = probe.run_component("vae_decode", inputs["vae_decode"])
     assert pixels.shape == (1, 3, 64, 32)
-    names = [n for n, _ in tiny_pipe.transformer_blocks()]
+    names = [n for n, _ in probe.transformer_blocks()]
     assert names[1:3] == ["model.layers.0", "model.layers.1"]
-    flops = tiny_pipe.flops_per_step(cfg)
+    flops = probe.flops_per_step(cfg)
     assert flops["tokens_per_forward"] == 2 * 329 and flops["flops_per_step"] > 0
 
 

@@ -13,9 +13,13 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
+import torch
+
+from ...devices import DTYPES
 from ...errors import CheckpointError
 
 T = TypeVar("T")
+D = TypeVar("D", bound=torch.dtype | None)
 
 #: Keys the reference transformer class declares (everything else in config.json is dropped).
 TRANSFORMER_KEYS = (
@@ -203,6 +207,16 @@ class VQConfig:
     def decoder_upscale(self) -> int:
         """Pixels per latent cell that the decoder really produces."""
         return 2 ** (len(self.block_out_channels) - 1)
+
+
+def decoder_torch_dtype(name: str | None, run_dtype: D) -> torch.dtype | D:
+    """The VAE decoder's dtype: vae/config.json's ``decoder_dtype`` when it sets one, else the run dtype
+    (None for the memory check's "the files' own dtype").
+
+    The loader places the decoder in it and the memory estimate counts the decode in it, so both
+    read it here (``VQConfig.from_dict`` has already refused any other name).
+    """
+    return DTYPES[name] if name else run_dtype
 
 
 @dataclass(frozen=True)

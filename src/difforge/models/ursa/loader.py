@@ -21,6 +21,7 @@ from torch import nn
 from ...errors import CheckpointError, ModelFamilyError
 from ..checkpoint import check_finite, config_class_names, config_files, load_component_state_dict, read_json
 from .config import SchedulerConfig, URSATransformerConfig, VQConfig, check_consistency
+from .memory import check_weights_fit
 from .pth import read_pth_tensors
 from .scheduler import DFMScheduler
 from .tokenizer import PromptTokenizer
@@ -144,9 +145,7 @@ class URSACheckpoint:
         ``dtype``/``backend``: what the caller will convert it to and where, so the check counts the
         weights as they will be held (a bf16 file run in float32 on the CPU holds twice its size).
         """
-        from .memory import check_weights_fit  # host must hold both state dicts: refuse before building
-
-        check_weights_fit(self, dtype, backend, record)
+        check_weights_fit(self, dtype, backend, record)  # the host must hold both state dicts: refuse before building
         with torch.device("meta"):
             model = URSATransformer(self.transformer_config)
         load_strict(model, load_component_state_dict(self.folder / "transformer"), str(self.folder / "transformer"))

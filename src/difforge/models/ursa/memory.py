@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
@@ -35,14 +35,61 @@ from ...devices import Backend
 from ...devices.cpu import CPUBackend
 from ...runtime.memory import MemoryEstimate, check_memory
 from ..checkpoint import check_safetensors_header, weight_files
-from .config import URSATransformerConfig, VQConfig
+from .config import URSATransformerConfig, VQConfig, decoder_torch_dtype
+from .tokenizer import prompt_list
 from .vae_fsq import FSQConfig
 
 if TYPE_CHECKING:
     from ...config import RunConfig
     from ...runtime.record import RunRecord
-    from .loader import URSACheckpoint
-    from .pipeline import URSAPipeline
+    from .tokenizer import PromptTokenizer
+    from .transformer import URSATransformer
+    from .vae import AutoencoderVQ
+    from .vae_fsq import AutoencoderVQCosmos3D
+
+
+# The loader and the pipeline sit above this module (memory -> loader -> pipeline), so what the
+# checks read of a checkpoint and of a loaded pipeline is spelled out here as protocols instead of
+# importing their classes; :class:`~.loader.URSACheckpoint` and :class:`~.pipeline.URSAPipeline` fit.
+class CheckpointConfigs(Protocol):
+    """The configs of a checkpoint folder, before any weight is read."""
+
+    @property
+    def folder(self) -> Path: ...
+    @property
+    def transformer_config(self) -> URSATransformerConfig: ...
+    @property
+    def vae_config(self) -> VQConfig | FSQConfig: ...
+
+
+class LoadedPipeline(Protocol):
+    """What a call's estimate reads of a loaded pipeline: its modules, dtype, device and placement."""
+
+    @property
+    def checkpoint(self) -> CheckpointConfigs: ...
+    @property
+    def transformer(self) -> URSATransformer: ...
+    @property
+    def vae(self) -> AutoencoderVQ | AutoencoderVQCosmos3D: ...
+    @property
+    def tokenizer(self) -> PromptTokenizer: ...
+    @property
+    def backend(self) -> Backend: ...
+    @property
+    def dtype(self) -> torch.dtype: ...
+    @property
+    def device(self) -> torch.device: ...
+    @property
+    def transformer_device(self) -> torch.device:
+        """Where the transformer's weights are now (the CPU after an offloading call)."""
+        ...
+    @property
+    def vae_device(self) -> torch.device:
+        """Where the VAE decoder's weights are now (the CPU between calls with offload "model")."""
+        ...
+    @property
+    def spatial_stride(self) -> int: ...
+
 
 #: Bytes per element of the safetensors dtypes a checkpoint may store.
 SAFETENSORS_ITEMSIZE = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2,
@@ -92,7 +139,7 @@ def stored_itemsize(component: Path) -> int:
     return widest or 4
 
 
-def check_weights_fit(ckpt: URSACheckpoint, dtype: torch.dtype | None = None, backend: Backend | None = None,
+def check_weights_fit(ckpt: CheckpointConfigs, dtype: torch.dtype | None = None, backend: Backend | None = None,
                       record: RunRecord | None = None) -> MemoryEstimate:
     """Before building anything: refuse when the host (or the device) cannot hold the weights the load makes.
 
@@ -105,10 +152,10 @@ def check_weights_fit(ckpt: URSACheckpoint, dtype: torch.dtype | None = None, ba
     the device the transformer and the decoder side of the VAE in the run dtype; both are checked.
     """
     device = backend or CPUBackend()
-    on_cpu = device.device.type == "cpu"
+    on_cpu = device.is_host
     host = device if on_cpu else CPUBackend()
     held = 0 if dtype is None else torch.empty(0, dtype=dtype).element_size()
-    dec = getattr(torch, ckpt.vae_config.decoder_dtype) if ckpt.vae_config.decoder_dtype else dtype
+    dec = decoder_torch_dtype(ckpt.vae_config.decoder_dtype, dtype)
     dec_held = 0 if dec is None else torch.empty(0, dtype=dec).element_size()
     t_params = transformer_parameters(ckpt.transformer_config)
     v_params, v_device = vae_counts(ckpt.vae_config)
@@ -207,7 +254,7 @@ def activation_parts(tcfg: URSATransformerConfig, vcfg: VQConfig | FSQConfig, la
     forward = transformer_forward_bytes(tcfg, rows, text_len + 1 + n_img, itemsize, scores_materialised)
     logits = rows * n_img * k * LOGITS_ITEMSIZE
     sampler = SCHEDULER_TEMPORARIES * batch * n_img * k * LOGITS_ITEMSIZE
-    dec_dtype = getattr(torch, vcfg.decoder_dtype) if vcfg.decoder_dtype else dtype
+    dec_dtype = decoder_torch_dtype(vcfg.decoder_dtype, dtype)
     decode = vae_decode_bytes(vcfg, latent_shape, torch.empty(0, dtype=dec_dtype).element_size(), scores_materialised)
     return {
         **forward,
@@ -218,24 +265,22 @@ def activation_parts(tcfg: URSATransformerConfig, vcfg: VQConfig | FSQConfig, la
     }
 
 
-def call_estimate(pipe: URSAPipeline, cfg: RunConfig, latent_shape: tuple[int, int, int],
+def call_estimate(pipe: LoadedPipeline, cfg: RunConfig, latent_shape: tuple[int, int, int],
                   batch: int | None = None) -> MemoryEstimate:
     """What one ``pipe(cfg)`` call needs on the pipeline's device beyond the weights it already holds there.
 
     ``batch``: the rows the call denoises when ``cfg.prompt`` does not say (``generate``'s
     ``num_images_per_prompt`` repeats each prompt).
     """
-    from .pipeline import _as_list
-
-    batch = batch if batch is not None else len(_as_list(cfg.prompt) or [""])
+    batch = batch if batch is not None else len(prompt_list(cfg.prompt) or [""])
     parts = activation_parts(pipe.transformer.config, pipe.checkpoint.vae_config, latent_shape, batch,
                              cfg.guidance > 1, pipe.dtype, pipe.tokenizer.max_length,
                              pipe.backend.attention_materialises_scores)
     weights = sum(p.numel() * p.element_size() for p in pipe.transformer.parameters())
     parts["resident_transformer_weights"] = weights  # already allocated: not part of the need
-    if pipe._transformer_device != pipe.device:  # offloaded by the previous call: it comes back first
+    if pipe.transformer_device != pipe.device:  # offloaded by the previous call: it comes back first
         parts["denoise_peak"] += weights
-    if pipe._vae_device != pipe.device:  # offload "model": the VAE comes back for the decode
+    if pipe.vae_device != pipe.device:  # offload "model": the VAE comes back for the decode
         parts["vae_decode_peak"] += sum(p.numel() * p.element_size() for m in (pipe.vae.decoder, pipe.vae.post_quant_conv)
                                         for p in m.parameters())
     height, width = latent_shape[1] * pipe.spatial_stride, latent_shape[2] * pipe.spatial_stride
@@ -248,7 +293,7 @@ def call_estimate(pipe: URSAPipeline, cfg: RunConfig, latent_shape: tuple[int, i
                           needed_bytes=max(parts["denoise_peak"], parts["vae_decode_peak"]))
 
 
-def check_call_memory(pipe: URSAPipeline, cfg: RunConfig, latent_shape: tuple[int, int, int],
+def check_call_memory(pipe: LoadedPipeline, cfg: RunConfig, latent_shape: tuple[int, int, int],
                       record: RunRecord | None, batch: int | None = None) -> MemoryEstimate:
     """Refuse a call whose activations cannot fit on the device, before it allocates anything."""
     return check_memory(pipe.backend, call_estimate(pipe, cfg, latent_shape, batch),

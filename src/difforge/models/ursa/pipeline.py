@@ -1,9 +1,12 @@
 """URSA text-to-image (and IBQ frame-by-frame video) pipeline: tokens in, discrete flow matching, VQ decode.
 
 ``__call__`` reads top to bottom in the reference's stages: check inputs, encode prompts, draw the
-initial tokens, denoise, decode.  On the CPU in float32 it reproduces the reference pipeline's token
-ids and pixels exactly for the same seed (same draws, same order, same operation order); the exact
-speed-ups below are on by default and each can be switched off through ``cfg.disable``:
+initial tokens, denoise, decode.  Both call styles - difforge's ``pipe(cfg, record)`` and the
+reference's ``pipe(prompt=..., generator=g)`` - run the same stages; they differ only in what stage 1
+makes of their arguments (:class:`URSACall`).  On the CPU in float32 the pipeline reproduces the
+reference pipeline's token ids and pixels exactly for the same seed (same draws, same order, same
+operation order); the exact speed-ups below are on by default and each can be switched off through
+``cfg.disable``:
 
 * ``lm-head-slice``       - lm_head only on the rows the sampler reads (bov .. second-to-last image token)
 * ``reuse-first-forward`` - metric path: step 0 (t = 0) cannot move a token, so steps 0 and 1 share one
@@ -17,12 +20,15 @@ conditional half only (u + (c - u) differs from c by an ulp, so a rare draw can 
 distributions, another random stream; on accelerators this removes the per-step host sampling that
 otherwise dominates the step).  ``cfg.compile`` compiles the decoder layer (regional compile, see
 :mod:`difforge.devices.compile`); it is exact within floating-point noise, not bit for bit.
+
+What validation asks of the family (teacher-forced steps, components, FLOPs, operator capture) is
+:class:`~.probe.URSAProbe`'s job; the pipeline only exposes the public pieces it is built from.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -34,41 +40,39 @@ import torch.nn.functional as F
 
 from ...config import RunConfig
 from ...devices import Backend, CompilePolicy, dtype_name
-from ...errors import InputError, SizeError, StepsError
+from ...errors import InputError, SizeError
 from ...ops import select_ops
 from ...runtime.progress import track
 from ...runtime.record import RunRecord
 from ...runtime.steps import StepTimer
+from ..families import URSA
 from ..load_defaults import load_defaults
+from .config import decoder_torch_dtype
 from .loader import URSACheckpoint
+from .memory import check_call_memory
 from .rope import positions
 from .sampling import Draws, device_generator, random_codes
 from .scheduler import DFMScheduler
-from .tokenizer import PromptTokenizer
+from .tokenizer import PromptTokenizer, prompt_list
 from .transformer import URSATransformer, run_layer
 from .vae import AutoencoderVQ, to_uint8
 
 DEFAULT_HEIGHT, DEFAULT_WIDTH, DEFAULT_STEPS = 320, 512, 25
 EXACT_OPTIMISATIONS = ("lm-head-slice", "reuse-first-forward", "rope-cache", "pinned-draws")
 FAST_OPTIMISATIONS = ("unguided-tail", "device-rng")
+OUTPUT_TYPES = ("pil", "np", "latent")
 
 StepHook = Callable[[int, dict[str, torch.Tensor], dict[str, torch.Tensor]], None]
 
 
-def _as_list(text: str | list[str] | tuple[str, ...] | None) -> list[str] | None:
-    if text is None:
-        return None
-    return [text] if isinstance(text, str | bytes) else list(text)  # bytes: one (bad) prompt, not a list of ints
-
-
-def _cpu_copy(x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+def cpu_copy(x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     """A CPU tensor that owns its memory (``.cpu()`` on a CPU tensor would alias it)."""
     return x.detach().to("cpu", dtype or x.dtype, copy=True)
 
 
-def step_seed(seed: int, i: int) -> int:
-    """Seed of the generator used by :meth:`URSAPipeline.forward_step` at step ``i``."""
-    return (int(seed) * 1_000_003 + int(i)) % (2**63 - 1)
+def _phase(record: RunRecord | None, name: str, backend: Backend) -> AbstractContextManager[None]:
+    """``record.phase(name)``, or nothing for the reference's call (which records nothing)."""
+    return record.phase(name, backend) if record is not None else nullcontext()
 
 
 @dataclass
@@ -78,8 +82,94 @@ class URSAPipelineOutput:
     frames: Any
 
 
+@dataclass(frozen=True)
+class Optimisations:
+    """The speed-up switches of one call, decided once from ``cfg.disable`` / ``cfg.fast`` and the device."""
+
+    lm_head_slice: bool
+    reuse_first: bool  # metric path only: off the metric path step 0 can move tokens
+    rope_cache: bool
+    pinned_draws: bool  # only where the backend's host-to-device copies can overlap the host
+    unguided_tail: bool
+    device_rng: bool
+
+
+@dataclass(frozen=True)
+class ReferenceArgs:
+    """The reference pipeline's call arguments, argument for argument, with its defaults.
+
+    ``pipe(prompt=..., generator=g, output_type="np")`` (or :meth:`URSAPipeline.generate`) takes
+    exactly these keywords.  ``output_type``: "pil" (one image per frame), "np" (uint8 ``[B, H, W, 3]``,
+    or ``[B, T, H, W, 3]`` for video) or "latent" (token ids ``[B, T, h, w]``).  ``generator`` None:
+    a fresh CPU generator seeded from ``torch.seed()``, like the reference.
+    """
+
+    prompt: str | list[str] = ""
+    negative_prompt: str | list[str] | None = None
+    height: int = DEFAULT_HEIGHT
+    width: int = DEFAULT_WIDTH
+    num_frames: int = 1
+    num_inference_steps: int = DEFAULT_STEPS
+    guidance_scale: float = 7.0
+    guidance_trunc: float = 0.9
+    num_images_per_prompt: int = 1
+    generator: torch.Generator | None = None
+    output_type: str = "pil"
+    disable: tuple[str, ...] = ()
+    fast: tuple[str, ...] = ()
+
+    def run_config(self) -> RunConfig:
+        """The numeric options as a RunConfig (checked by ``RunConfig.validate`` like every other call)."""
+        if self.output_type not in OUTPUT_TYPES:
+            raise InputError(f"output_type must be 'pil', 'np' or 'latent', got {self.output_type!r}.")
+        return RunConfig(model="", height=self.height, width=self.width, num_frames=self.num_frames,
+                         steps=self.num_inference_steps, guidance=self.guidance_scale,
+                         guidance_trunc=self.guidance_trunc, disable=list(self.disable), fast=list(self.fast),
+                         quiet=True)
+
+
+@dataclass(frozen=True)
+class URSACall:
+    """One call after stage 1 (check inputs): everything the later stages read, decided once."""
+
+    cfg: RunConfig
+    prompt: str | list[str]
+    negative_prompt: str | list[str] | None
+    latent_shape: tuple[int, int, int]
+    steps: int
+    flags: Optimisations
+    generator: torch.Generator
+    per_prompt: int = 1
+    #: None: the reference's call, which records nothing, takes no step hook and decodes where the VAE is.
+    record: RunRecord | None = None
+    step_hook: StepHook | None = None
+    #: None: difforge's call (a list of PIL images, one per frame); else the reference's output_type.
+    output_type: str | None = None
+
+
+@dataclass
+class TokenState:
+    """Stage 3's result: the initial codes and what every denoising step reuses."""
+
+    x: torch.Tensor  # [B, N] current codes, int64 on the device
+    ids: torch.Tensor  # [rows, L] transformer input: text | bov | image tokens, both CFG halves
+    pos: torch.Tensor  # [L, 3] positions on the device
+    rope: object | None  # the rotary table when rope-cache is on
+    draws: Draws
+    latent_shape: tuple[int, int, int]
+    guided: bool
+
+    @property
+    def batch(self) -> int:
+        return self.x.shape[0]
+
+    @property
+    def n_img(self) -> int:
+        return self.x.shape[1]
+
+
 class URSAPipeline:
-    family: ClassVar[str] = "ursa"
+    family: ClassVar[str] = URSA
 
     def __init__(
         self,
@@ -129,12 +219,12 @@ class URSAPipeline:
             vae.encoder, vae.quant_conv = vae.encoder.to(dtype), vae.quant_conv.to(dtype)  # host-side, unused for t2i
             for part in (vae.quantizer, vae.post_quant_conv):
                 part.to(device=backend.device, dtype=dtype)
-            dec_dtype = getattr(torch, ckpt.vae_config.decoder_dtype) if ckpt.vae_config.decoder_dtype else dtype
+            dec_dtype = decoder_torch_dtype(ckpt.vae_config.decoder_dtype, dtype)
             vae.decoder.to(device=backend.device, dtype=dec_dtype)
             scheduler = ckpt.scheduler().to(backend.device)
         pipe = cls(ckpt, transformer, vae, scheduler, backend, dtype)
         if cfg.offload in ("model", "sequential"):
-            pipe._move_vae(torch.device("cpu"))
+            pipe.place_vae(torch.device("cpu"))
         ops.record_to(record)
         record.adapt("dtype", dtype_name(dtype), detail="transformer and VAE; scheduler codebook kept float16 like the reference")
         if dec_dtype != dtype:
@@ -157,12 +247,22 @@ class URSAPipeline:
         return pipe
 
     # ------------------------------------------------------------------------------------ placement
-    def _move_transformer(self, device: torch.device) -> None:
+    @property
+    def transformer_device(self) -> torch.device:
+        """Where the transformer's weights are now (the CPU after a call that offloaded it)."""
+        return self._transformer_device
+
+    @property
+    def vae_device(self) -> torch.device:
+        """Where the VAE decoder's weights are now (the CPU between calls with offload "model"/"sequential")."""
+        return self._vae_device
+
+    def place_transformer(self, device: torch.device) -> None:
         if self._transformer_device != device:
             self.transformer.to(device)
             self._transformer_device = device
 
-    def _move_vae(self, device: torch.device) -> None:
+    def place_vae(self, device: torch.device) -> None:
         if self._vae_device != device:
             for part in (self.vae.quantizer, self.vae.post_quant_conv, self.vae.decoder):
                 part.to(device)
@@ -193,17 +293,58 @@ class URSAPipeline:
 
     @staticmethod
     def num_steps(cfg: RunConfig) -> int:
-        steps = DEFAULT_STEPS if cfg.steps is None else int(cfg.steps)
-        if steps < 2:
-            raise StepsError(f"URSA needs at least 2 denoising steps, got {steps}.")
-        return steps
+        """Denoising steps of a call (``RunConfig.validate`` has already refused fewer than 2)."""
+        return DEFAULT_STEPS if cfg.steps is None else int(cfg.steps)
+
+    def optimisations(self, cfg: RunConfig) -> Optimisations:
+        """The switches ``cfg`` asks for on this device; raises InputError for an unknown name."""
+        unknown = sorted(set(cfg.disable) - set(EXACT_OPTIMISATIONS)) + sorted(set(cfg.fast) - set(FAST_OPTIMISATIONS))
+        if unknown:
+            known = ", ".join(EXACT_OPTIMISATIONS + FAST_OPTIMISATIONS)
+            raise InputError(f"Unknown URSA optimisation name '{unknown[0]}'; known names are {known}.")
+        return Optimisations(
+            lm_head_slice="lm-head-slice" not in cfg.disable,
+            reuse_first="reuse-first-forward" not in cfg.disable and self.scheduler.is_metric,
+            rope_cache="rope-cache" not in cfg.disable,
+            pinned_draws="pinned-draws" not in cfg.disable and self.backend.pinned_host_copies,
+            unguided_tail="unguided-tail" in cfg.fast,
+            device_rng="device-rng" in cfg.fast,
+        )
+
+    def check_inputs(
+        self,
+        cfg: RunConfig | ReferenceArgs,
+        record: RunRecord | None = None,
+        images: list[Any] | None = None,
+        step_hook: StepHook | None = None,
+    ) -> URSACall:
+        """Stage 1 of either call: refuse what no run could do (sizes, names, memory) before allocating."""
+        args: ReferenceArgs | None = None
+        if isinstance(cfg, ReferenceArgs):  # the reference's call: no record, no hook, prompts beside the RunConfig
+            args, cfg, record, step_hook = cfg, cfg.run_config(), None, None
+            prompt, negative, per_prompt = args.prompt, args.negative_prompt, args.num_images_per_prompt
+        else:
+            if images:
+                raise InputError("URSA here generates from text only; image conditioning is not supported.")
+            prompt, negative, per_prompt = cfg.prompt, cfg.negative_prompt, 1
+        latent_shape = self.latent_shape(cfg)
+        steps = self.num_steps(cfg)
+        flags = self.optimisations(cfg)
+        check_call_memory(self, cfg, latent_shape, record, batch=len(prompt_list(prompt) or [""]) * per_prompt)
+        if args is None:
+            generator = self.backend.generator(cfg.seed)
+        else:  # the caller's generator, or a fresh one like the reference's
+            generator = args.generator if args.generator is not None else torch.Generator().manual_seed(torch.seed())
+        return URSACall(cfg=cfg, prompt=prompt, negative_prompt=negative, latent_shape=latent_shape, steps=steps,
+                        flags=flags, generator=generator, per_prompt=per_prompt, record=record, step_hook=step_hook,
+                        output_type=None if args is None else args.output_type)
 
     def encode_prompts(
         self, prompt: str | list[str], negative_prompt: str | list[str] | None, per_prompt: int = 1
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Token ids ``[B, 320]`` of prompts and negatives (missing negative -> ""), repeated per prompt."""
-        prompts = _as_list(prompt) or [""]
-        negatives = _as_list(negative_prompt) or [""]
+        prompts = prompt_list(prompt) or [""]
+        negatives = prompt_list(negative_prompt) or [""]
         if len(negatives) == 1 and len(prompts) > 1:
             negatives = negatives * len(prompts)
         if len(negatives) != len(prompts):
@@ -211,20 +352,6 @@ class URSAPipeline:
         cond = self.tokenizer.encode(prompts).repeat_interleave(per_prompt, 0)
         uncond = self.tokenizer.encode(negatives).repeat_interleave(per_prompt, 0)
         return cond, uncond
-
-    def _flags(self, cfg: RunConfig) -> dict[str, bool]:
-        unknown = sorted(set(cfg.disable) - set(EXACT_OPTIMISATIONS)) + sorted(set(cfg.fast) - set(FAST_OPTIMISATIONS))
-        if unknown:
-            known = ", ".join(EXACT_OPTIMISATIONS + FAST_OPTIMISATIONS)
-            raise InputError(f"Unknown URSA optimisation name '{unknown[0]}'; known names are {known}.")
-        return {
-            "lm_head_slice": "lm-head-slice" not in cfg.disable,
-            "reuse_first": "reuse-first-forward" not in cfg.disable and self.scheduler.is_metric,
-            "rope_cache": "rope-cache" not in cfg.disable,
-            "pinned_draws": "pinned-draws" not in cfg.disable and self.backend.pinned_host_copies,
-            "unguided_tail": "unguided-tail" in cfg.fast,
-            "device_rng": "device-rng" in cfg.fast,
-        }
 
     # ------------------------------------------------------------------------------------ compile
     def set_compile(self, enabled: bool) -> CompilePolicy | None:
@@ -243,8 +370,48 @@ class URSAPipeline:
             self.compile_policy = policy
         return self.compile_policy
 
+    def _record_flags(self, flags: Optimisations, record: RunRecord) -> None:
+        """Record each switch of the call, and the compile policy :meth:`set_compile` left in force.
+
+        Only records: compiling (or not) is :meth:`set_compile`'s job, done before this is called.
+        """
+        record.adapt(
+            "lm_head rows",
+            "sampler rows only" if flags.lm_head_slice else "all positions (reference)",
+            detail="disable with 'lm-head-slice'",
+        )
+        record.adapt(
+            "first forward",
+            "shared by steps 0 and 1" if flags.reuse_first else "one forward per step (reference)",
+            detail="metric path only; disable with 'reuse-first-forward'",
+        )
+        record.adapt(
+            "rope table",
+            "built once per call" if flags.rope_cache else "built every forward (reference)",
+            detail="disable with 'rope-cache'",
+        )
+        if self.backend.pinned_host_copies:
+            record.adapt(
+                "host draws",
+                "pinned memory, asynchronous copy" if flags.pinned_draws else "pageable memory (blocking copy)",
+                detail="disable with 'pinned-draws'",
+            )
+        if flags.unguided_tail:
+            record.adapt("unguided tail", "cond-only forward when t >= guidance_trunc", exact=False,
+                         detail="u + (c - u) differs from c by an ulp")
+        if flags.device_rng:
+            record.adapt("random stream", f"generator on {self.device.type}, sync-free jump step", exact=False,
+                         detail="same distributions, not the reference's CPU stream; opt in with fast 'device-rng'")
+        policy = self.compile_policy
+        if policy is not None:
+            if policy.available:
+                record.adapt("compile", f"{policy.label}: regional (decoder layer)", exact=False,
+                             detail=f"{policy.detail}; exact within floating-point noise, not bit for bit")
+            else:
+                record.adapt("compile", "eager (compile requested)", detail=policy.detail)
+
     # ------------------------------------------------------------------------------------ denoising
-    def _forward(
+    def forward_logits(
         self, ids: torch.Tensor, pos: torch.Tensor, n_img: int, sliced: bool, rope: object | None = None
     ) -> torch.Tensor:
         """Raw logits of the sampler's rows: positions bov .. second-to-last image token."""
@@ -255,7 +422,114 @@ class URSAPipeline:
                 return self.transformer(ids, pos, logits_slice=rows, rope=rope)
             return self.transformer(ids, pos, rope=rope)[:, rows]
 
+    def image_ids(self, cond_ids: torch.Tensor, uncond_ids: torch.Tensor, codes: torch.Tensor,
+                  guided: bool) -> torch.Tensor:
+        """The transformer input ``[text | bov | codes]`` where ``codes`` ``[B, N]`` are, the unconditional
+        half stacked below when guided."""
+        tcfg = self.transformer.config
+        img = F.pad(codes + tcfg.lm_vocab_size, (1, 0), value=tcfg.bov_token_id)
+        ids = torch.cat([cond_ids.to(codes.device), img], 1)
+        if guided:
+            ids = torch.cat([ids, torch.cat([uncond_ids.to(codes.device), img], 1)])
+        return ids
+
+    @staticmethod
+    def guide(raw: torch.Tensor, scale: float) -> torch.Tensor:
+        """``u + (c - u) * scale`` of stacked [cond; uncond] logits, in place in the reference's operation order."""
+        cond, uncond = raw.chunk(2)
+        return uncond.add_(cond.sub_(uncond).mul_(scale))
+
     @torch.no_grad()
+    def prepare_tokens(
+        self,
+        cond_ids: torch.Tensor,
+        uncond_ids: torch.Tensor,
+        latent_shape: tuple[int, int, int],
+        generator: torch.Generator,
+        flags: Optimisations,
+        guided: bool,
+    ) -> TokenState:
+        """Stage 3: uniformly random initial codes (the reference's first draw), the random stream of the
+        steps, positions and the rotary table."""
+        dev = self.device
+        batch, text_len = cond_ids.shape
+        x = random_codes((batch, *latent_shape), self.scheduler.codebook_size, dev, generator).flatten(1)
+        if flags.device_rng:
+            draws = Draws(device_generator(self.backend, generator), on_device=True)
+        else:
+            draws = Draws(generator, pin=flags.pinned_draws)
+        pos = positions(latent_shape, text_len).to(dev)
+        rope = self.transformer.rope(pos) if flags.rope_cache else None
+        return TokenState(x, self.image_ids(cond_ids, uncond_ids, x, guided), pos, rope, draws, latent_shape, guided)
+
+    @torch.no_grad()
+    def denoise(
+        self,
+        state: TokenState,
+        steps: int,
+        guidance: float,
+        guidance_trunc: float,
+        flags: Optimisations,
+        record: RunRecord | None = None,
+        step_hook: StepHook | None = None,
+        quiet: bool = True,
+    ) -> torch.Tensor:
+        """Stage 4: the sampler's steps from ``state``; returns ``[B, T*h*w]`` int64 codes on the device."""
+        x, ids, batch, n_img = state.x, state.ids, state.batch, state.n_img
+        k = self.scheduler.codebook_size
+        offset = self.transformer.config.lm_vocab_size
+        use_cfg = state.guided
+        timer = StepTimer(self.backend)
+        timer.start()
+        forwards, saved = 0.0, None
+        for i in track(range(steps), total=steps, description="denoise", quiet=quiet):
+            t = self.scheduler.t(i, steps)
+            scale = guidance if t < guidance_trunc else 1
+            before = cpu_copy(x) if step_hook is not None else None
+            tail = use_cfg and scale == 1 and flags.unguided_tail
+            if flags.reuse_first and i == 1 and saved is not None:
+                raw, saved, tail = saved, None, False
+            else:
+                raw = self.forward_logits(ids[:batch] if tail else ids, state.pos, n_img, flags.lm_head_slice, state.rope)
+                forwards += 0.5 if tail else 1.0
+            skip = flags.reuse_first and i == 0
+            if skip:
+                saved = raw
+            if use_cfg and not tail:
+                if skip:  # raw is reused by step 1: combine out of place, and only for the hook
+                    cond, uncond = raw.chunk(2)
+                    z = uncond + (cond - uncond) * scale if step_hook is not None else None
+                else:
+                    z = self.guide(raw, scale)
+            else:
+                z = raw.clone() if skip and step_hook is not None else raw
+            z_out = cpu_copy(z, torch.float32) if step_hook is not None and z is not None else None
+            if skip:
+                self.scheduler.skip_first_step((batch, n_img, k), raw.dtype, state.draws)
+            else:
+                x = self.scheduler.step(z, i, steps, x, state.draws)
+            if step_hook is not None:
+                step_hook(i, {"tokens": before}, {"logits": z_out, "tokens": cpu_copy(x)})
+            ids.view(-1, batch, ids.shape[1])[..., -n_img:] = x + offset  # both CFG halves
+            timer.mark()
+        if record is not None:
+            text_len = ids.shape[1] - 1 - n_img
+            record.step_times_s = timer.durations()
+            record.extra["ursa"] = {
+                "batch": batch,
+                "forward_rows": batch * (2 if use_cfg else 1),
+                "text_tokens": text_len,
+                "image_tokens": n_img,
+                "sequence_length": text_len + 1 + n_img,
+                "latent_shape": list(state.latent_shape),
+                "steps": steps,
+                "forwards": forwards,
+                "forwards_per_step": forwards / steps,
+                "scheduler_path": "metric" if self.scheduler.is_metric else "mixture",
+                "guided_steps": sum(self.scheduler.t(i, steps) < guidance_trunc for i in range(steps)) if use_cfg else 0,
+            }
+        return x
+
     def generate_tokens(
         self,
         cond_ids: torch.Tensor,
@@ -265,115 +539,14 @@ class URSAPipeline:
         guidance: float,
         guidance_trunc: float,
         generator: torch.Generator,
-        cfg: RunConfig,
+        flags: Optimisations,
         record: RunRecord | None = None,
         step_hook: StepHook | None = None,
         quiet: bool = True,
     ) -> torch.Tensor:
-        """Denoise from uniformly random codes; returns ``[B, T*h*w]`` int64 codes on the device."""
-        flags = self._flags(cfg)
-        dev, tcfg = self.device, self.transformer.config
-        batch, text_len = cond_ids.shape
-        n_img = math.prod(latent_shape)
-        k = self.scheduler.codebook_size
-        x = random_codes((batch, *latent_shape), k, dev, generator).flatten(1)
-        if flags["device_rng"]:
-            draws = Draws(device_generator(dev, generator), on_device=True)
-        else:
-            draws = Draws(generator, pin=flags["pinned_draws"])
-        pos = positions(latent_shape, text_len).to(dev)
-        rope = self.transformer.rope(pos) if flags["rope_cache"] else None
-        use_cfg = guidance > 1
-        img = F.pad(x + tcfg.lm_vocab_size, (1, 0), value=tcfg.bov_token_id)
-        ids = torch.cat([cond_ids.to(dev), img], 1)
-        if use_cfg:
-            ids = torch.cat([ids, torch.cat([uncond_ids.to(dev), img], 1)])
-        timer = StepTimer(self.backend)
-        timer.start()
-        forwards, saved = 0.0, None
-        for i in track(range(steps), total=steps, description="denoise", quiet=quiet):
-            t = self.scheduler.t(i, steps)
-            scale = guidance if t < guidance_trunc else 1
-            before = _cpu_copy(x) if step_hook is not None else None
-            tail = use_cfg and scale == 1 and flags["unguided_tail"]
-            if flags["reuse_first"] and i == 1 and saved is not None:
-                raw, saved, tail = saved, None, False
-            else:
-                raw = self._forward(ids[:batch] if tail else ids, pos, n_img, flags["lm_head_slice"], rope)
-                forwards += 0.5 if tail else 1.0
-            skip = flags["reuse_first"] and i == 0
-            if skip:
-                saved = raw
-            if use_cfg and not tail:
-                cond, uncond = raw.chunk(2)
-                if skip:
-                    z = uncond + (cond - uncond) * scale if step_hook is not None else None
-                else:
-                    z = uncond.add_(cond.sub_(uncond).mul_(scale))
-            else:
-                z = raw.clone() if skip and step_hook is not None else raw
-            z_out = _cpu_copy(z, torch.float32) if step_hook is not None and z is not None else None
-            if skip:
-                self.scheduler.skip_first_step((batch, n_img, k), raw.dtype, draws)
-            else:
-                x = self.scheduler.step(z, i, steps, x, draws)
-            if step_hook is not None:
-                step_hook(i, {"tokens": before}, {"logits": z_out, "tokens": _cpu_copy(x)})
-            ids.view(-1, batch, ids.shape[1])[..., -n_img:] = x + tcfg.lm_vocab_size  # both CFG halves
-            timer.mark()
-        if record is not None:
-            record.step_times_s = timer.durations()
-            record.extra["ursa"] = {
-                "batch": batch,
-                "forward_rows": batch * (2 if use_cfg else 1),
-                "text_tokens": text_len,
-                "image_tokens": n_img,
-                "sequence_length": text_len + 1 + n_img,
-                "latent_shape": list(latent_shape),
-                "steps": steps,
-                "forwards": forwards,
-                "forwards_per_step": forwards / steps,
-                "scheduler_path": "metric" if self.scheduler.is_metric else "mixture",
-                "guided_steps": sum(self.scheduler.t(i, steps) < guidance_trunc for i in range(steps)) if use_cfg else 0,
-            }
-        return x
-
-    def _record_flags(self, cfg: RunConfig, record: RunRecord) -> None:
-        flags = self._flags(cfg)
-        record.adapt(
-            "lm_head rows",
-            "sampler rows only" if flags["lm_head_slice"] else "all positions (reference)",
-            detail="disable with 'lm-head-slice'",
-        )
-        record.adapt(
-            "first forward",
-            "shared by steps 0 and 1" if flags["reuse_first"] else "one forward per step (reference)",
-            detail="metric path only; disable with 'reuse-first-forward'",
-        )
-        record.adapt(
-            "rope table",
-            "built once per call" if flags["rope_cache"] else "built every forward (reference)",
-            detail="disable with 'rope-cache'",
-        )
-        if self.backend.pinned_host_copies:
-            record.adapt(
-                "host draws",
-                "pinned memory, asynchronous copy" if flags["pinned_draws"] else "pageable memory (blocking copy)",
-                detail="disable with 'pinned-draws'",
-            )
-        if flags["unguided_tail"]:
-            record.adapt("unguided tail", "cond-only forward when t >= guidance_trunc", exact=False,
-                         detail="u + (c - u) differs from c by an ulp")
-        if flags["device_rng"]:
-            record.adapt("random stream", f"generator on {self.device.type}, sync-free jump step", exact=False,
-                         detail="same distributions, not the reference's CPU stream; opt in with fast 'device-rng'")
-        policy = self.set_compile(cfg.compile)
-        if policy is not None:
-            if policy.available:
-                record.adapt("compile", f"{policy.label}: regional (decoder layer)", exact=False,
-                             detail=f"{policy.detail}; exact within floating-point noise, not bit for bit")
-            else:
-                record.adapt("compile", "eager (compile requested)", detail=policy.detail)
+        """Stages 3 and 4 on given prompt ids (what the benchmark times): ``[B, T*h*w]`` codes on the device."""
+        state = self.prepare_tokens(cond_ids, uncond_ids, latent_shape, generator, flags, guidance > 1)
+        return self.denoise(state, steps, guidance, guidance_trunc, flags, record, step_hook, quiet)
 
     # ------------------------------------------------------------------------------------ decoding
     def decode_tokens(self, tokens: torch.Tensor) -> np.ndarray:
@@ -386,6 +559,23 @@ class URSAPipeline:
                 frames.append(to_uint8(x).cpu())
         return torch.cat(frames).numpy()
 
+    def decode(self, call: URSACall, tokens: torch.Tensor) -> np.ndarray:
+        """Stage 5: the offload plan's moves around the VAE decode (the reference's call decodes where the VAE is)."""
+        cfg, record = call.cfg, call.record
+        if record is None:
+            return self.decode_tokens(tokens)
+        if cfg.offload != "none":
+            self.place_transformer(torch.device("cpu"))
+            self.backend.empty_cache()
+            record.adapt("offload", f"{cfg.offload}: transformer moved to cpu before decode",
+                         detail="VAE kept on cpu between calls" if cfg.offload in ("model", "sequential") else "")
+        with record.phase("decode", self.backend):
+            self.place_vae(self.device)
+            frames = self.decode_tokens(tokens)
+            if cfg.offload in ("model", "sequential"):
+                self.place_vae(torch.device("cpu"))
+        return frames
+
     # ------------------------------------------------------------------------------------ the call
     def __call__(
         self,
@@ -395,198 +585,54 @@ class URSAPipeline:
         step_hook: StepHook | None = None,
         **kwargs: Any,
     ) -> Any:
-        """difforge's contract: ``pipe(cfg, record)`` -> PIL images, filling the RunRecord.
+        """difforge's contract: ``pipe(cfg, record)`` -> PIL images (one per frame), filling the RunRecord.
 
-        diffusers / reference style is accepted too: ``pipe(prompt="...", generator=g, output_type="np")``
-        (or the prompt as first argument) returns :class:`URSAPipelineOutput` - see :meth:`generate`.
+        The reference's call is accepted too: ``pipe(prompt="...", generator=g, output_type="np")`` (or
+        the prompt as first argument) takes the keywords of :class:`ReferenceArgs` and returns
+        :class:`URSAPipelineOutput`.  It records nothing, never compiles and has no offload plan (the
+        VAE decodes where it is); with the same checkpoint, arguments and ``torch.Generator().manual_seed(s)``
+        on the CPU in float32 it gives the reference's token ids and uint8 frames.
         """
-        if not isinstance(cfg, RunConfig):
+        # 1. check inputs
+        if isinstance(cfg, RunConfig):
+            call = self.check_inputs(cfg, record if record is not None else RunRecord(kind="generate"), images, step_hook)
+        else:
             if cfg is not None:
                 kwargs["prompt"] = cfg
-            return self.generate(**kwargs)
-        return self._run(cfg, record if record is not None else RunRecord(kind="generate"), images, step_hook)
+            call = self.check_inputs(ReferenceArgs(**kwargs))
+        cfg, record = call.cfg, call.record
+        self.set_compile(cfg.compile)  # the one place compile is switched (the reference's call never asks)
+        if record is not None:
+            self._record_flags(call.flags, record)
+        self.place_transformer(self.device)
 
-    def generate(
-        self,
-        prompt: str | list[str] = "",
-        negative_prompt: str | list[str] | None = None,
-        height: int = DEFAULT_HEIGHT,
-        width: int = DEFAULT_WIDTH,
-        num_frames: int = 1,
-        num_inference_steps: int = DEFAULT_STEPS,
-        guidance_scale: float = 7.0,
-        guidance_trunc: float = 0.9,
-        num_images_per_prompt: int = 1,
-        generator: torch.Generator | None = None,
-        output_type: str = "pil",
-        disable: tuple[str, ...] = (),
-        fast: tuple[str, ...] = (),
-    ) -> URSAPipelineOutput:
-        """The reference pipeline's call, argument for argument.
+        # 2. encode prompts
+        with _phase(record, "encode", self.backend):
+            cond, uncond = self.encode_prompts(call.prompt, call.negative_prompt, per_prompt=call.per_prompt)
 
-        With the same checkpoint, arguments and ``torch.Generator().manual_seed(s)`` on the CPU in
-        float32 this gives the reference's token ids and uint8 frames.  ``output_type``: "pil" (one
-        image per frame), "np" (uint8 ``[B, H, W, 3]``, or ``[B, T, H, W, 3]`` for video) or
-        "latent" (token ids ``[B, T, h, w]``).
-        """
-        if output_type not in ("pil", "np", "latent"):
-            raise InputError(f"output_type must be 'pil', 'np' or 'latent', got {output_type!r}.")
-        cfg = RunConfig(model="", height=height, width=width, num_frames=num_frames, steps=num_inference_steps,
-                        guidance=guidance_scale, guidance_trunc=guidance_trunc, disable=list(disable),
-                        fast=list(fast), quiet=True)
-        latent_shape = self.latent_shape(cfg)
-        steps = self.num_steps(cfg)
-        self._flags(cfg)
-        from .memory import check_call_memory  # the same refusal as pipe(cfg): before anything is allocated
-
-        check_call_memory(self, cfg, latent_shape, None, batch=len(_as_list(prompt) or [""]) * num_images_per_prompt)
-        self.set_compile(False)  # this call promises the reference's exact arithmetic
-        generator = generator if generator is not None else torch.Generator().manual_seed(torch.seed())
-        self._move_transformer(self.device)
-        cond, uncond = self.encode_prompts(prompt, negative_prompt, per_prompt=num_images_per_prompt)
-        x = self.generate_tokens(cond, uncond, latent_shape, steps, guidance_scale, guidance_trunc, generator, cfg)
-        tokens = x.view(-1, *latent_shape).cpu()
+        with _phase(record, "denoise", self.backend):
+            # 3. prepare tokens
+            state = self.prepare_tokens(cond, uncond, call.latent_shape, call.generator, call.flags, cfg.guidance > 1)
+            # 4. denoise
+            x = self.denoise(state, call.steps, cfg.guidance, cfg.guidance_trunc, call.flags, record, call.step_hook,
+                             quiet=cfg.quiet)
+        tokens = x.view(-1, *call.latent_shape).cpu()
         self.last_tokens = tokens
-        if output_type == "latent":
+        if call.output_type == "latent":
             return URSAPipelineOutput(frames=tokens)
-        frames = self.decode_tokens(tokens)
+
+        # 5. decode
+        frames = self.decode(call, tokens)
         self.last_frames = frames
-        if latent_shape[0] == 1 and frames.shape[1] == 1:
+        if call.output_type is None:
+            return [PIL.Image.fromarray(f) for f in frames.reshape(-1, *frames.shape[2:])]
+        if call.latent_shape[0] == 1 and frames.shape[1] == 1:
             frames = frames[:, 0]
-            if output_type == "pil":
+            if call.output_type == "pil":
                 return URSAPipelineOutput(frames=[PIL.Image.fromarray(f) for f in frames])
         return URSAPipelineOutput(frames=frames)  # video is always returned as an array, like the reference
 
-    def _run(
-        self,
-        cfg: RunConfig,
-        record: RunRecord,
-        images: list[Any] | None = None,
-        step_hook: StepHook | None = None,
-    ) -> list[PIL.Image.Image]:
-        # 1. Check inputs
-        if images:
-            raise InputError("URSA here generates from text only; image conditioning is not supported.")
-        latent_shape = self.latent_shape(cfg)
-        steps = self.num_steps(cfg)
-        self._flags(cfg)
-        from .memory import check_call_memory  # refuse a size that cannot fit, before allocating
-
-        check_call_memory(self, cfg, latent_shape, record)
-        self._record_flags(cfg, record)
-        generator = self.backend.generator(cfg.seed)
-        self._move_transformer(self.device)
-
-        # 2. Encode prompts
-        with record.phase("encode", self.backend):
-            cond, uncond = self.encode_prompts(cfg.prompt, cfg.negative_prompt)
-
-        # 3-4. Initial tokens and denoising
-        with record.phase("denoise", self.backend):
-            x = self.generate_tokens(
-                cond, uncond, latent_shape, steps, cfg.guidance, cfg.guidance_trunc, generator, cfg,
-                record=record, step_hook=step_hook, quiet=cfg.quiet,
-            )
-        tokens = x.view(-1, *latent_shape).cpu()
-        self.last_tokens = tokens
-
-        # 5. Decode
-        if cfg.offload != "none":
-            self._move_transformer(torch.device("cpu"))
-            self.backend.empty_cache()
-            record.adapt("offload", f"{cfg.offload}: transformer moved to cpu before decode",
-                         detail="VAE kept on cpu between calls" if cfg.offload in ("model", "sequential") else "")
-        with record.phase("decode", self.backend):
-            self._move_vae(self.device)
-            frames = self.decode_tokens(tokens)
-            if cfg.offload in ("model", "sequential"):
-                self._move_vae(torch.device("cpu"))
-        self.last_frames = frames
-        return [PIL.Image.fromarray(f) for f in frames.reshape(-1, *frames.shape[2:])]
-
-    # ------------------------------------------------------------------------------------ validation hooks
-    @torch.no_grad()
-    def forward_step(self, cfg: RunConfig, i: int, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Teacher-forced step ``i``: guided logits and sampled tokens for the given current tokens.
-
-        The sampling generator is seeded with :func:`step_seed` (cfg.seed, i) so both sides of a
-        comparison draw the same numbers.
-        """
-        latent_shape = self.latent_shape(cfg)
-        steps = self.num_steps(cfg)
-        self._move_transformer(self.device)
-        x = inputs["tokens"].to(self.device, torch.int64)
-        n_img = math.prod(latent_shape)
-        if x.shape[-1] != n_img:
-            raise InputError(f"forward_step got {x.shape[-1]} tokens per row; this size needs {n_img}.")
-        cond, uncond = self.encode_prompts(cfg.prompt, cfg.negative_prompt)
-        if cond.shape[0] != x.shape[0]:
-            cond, uncond = cond.expand(x.shape[0], -1), uncond.expand(x.shape[0], -1)
-        tcfg = self.transformer.config
-        img = F.pad(x + tcfg.lm_vocab_size, (1, 0), value=tcfg.bov_token_id)
-        ids = torch.cat([cond.to(self.device), img], 1)
-        use_cfg = cfg.guidance > 1
-        if use_cfg:
-            ids = torch.cat([ids, torch.cat([uncond.to(self.device), img], 1)])
-        pos = positions(latent_shape, cond.shape[1]).to(self.device)
-        raw = self._forward(ids, pos, n_img, "lm-head-slice" not in cfg.disable)
-        t = self.scheduler.t(i, steps)
-        if use_cfg:
-            c, u = raw.chunk(2)
-            z = u.add_(c.sub_(u).mul_(cfg.guidance if t < cfg.guidance_trunc else 1))
-        else:
-            z = raw
-        logits = _cpu_copy(z, torch.float32)  # the scheduler overwrites z
-        gen = torch.Generator("cpu").manual_seed(step_seed(cfg.seed, i))
-        new = self.scheduler.step(z, i, steps, x, gen)
-        return {"logits": logits, "tokens": new.cpu()}
-
-    def transformer_blocks(self) -> list[tuple[str, torch.nn.Module]]:
-        blocks: list[tuple[str, torch.nn.Module]] = [("model.embed_tokens", self.transformer.model.embed_tokens)]
-        blocks += [(f"model.layers.{i}", layer) for i, layer in enumerate(self.transformer.model.layers)]
-        blocks += [("model.norm", self.transformer.model.norm), ("lm_head", self.transformer.lm_head)]
-        return blocks
-
-    def component_inputs(self, cfg: RunConfig) -> dict[str, dict[str, torch.Tensor]]:
-        """Deterministic CPU inputs (seeded by cfg.seed) for :meth:`run_component`."""
-        latent_shape = self.latent_shape(cfg)
-        gen = torch.Generator("cpu").manual_seed(int(cfg.seed))
-        codes = torch.randint(0, self.scheduler.codebook_size, (1, *latent_shape), generator=gen)
-        cond, _ = self.encode_prompts(cfg.prompt, None)
-        tcfg = self.transformer.config
-        img = F.pad(codes.flatten(1) + tcfg.lm_vocab_size, (1, 0), value=tcfg.bov_token_id)
-        return {
-            "transformer": {"ids": torch.cat([cond, img], 1), "positions": positions(latent_shape, cond.shape[1])},
-            "vae_decode": {"codes": codes},
-        }
-
-    def run_component(self, name: str, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        """``transformer``: logits of the sampler's rows ``[B, N, K]``; ``vae_decode``: pixels in [-1, 1]."""
-        with torch.no_grad():
-            if name == "transformer":
-                self._move_transformer(self.device)
-                ids, pos = inputs["ids"].to(self.device), inputs["positions"].to(self.device)
-                n_img = ids.shape[1] - self.tokenizer.max_length - 1
-                return self._forward(ids, pos, n_img, True).float().cpu()
-            if name == "vae_decode":
-                self._move_vae(self.device)
-                return self.vae.decode(inputs["codes"].to(self.device)).float().cpu()
-        raise InputError(f"Unknown URSA component '{name}'; use 'transformer' or 'vae_decode'.")
-
-    def flops_per_step(self, cfg: RunConfig) -> dict[str, Any]:
-        """FLOPs of one denoising forward, counted once on the meta device."""
-        from torch.utils.flop_counter import FlopCounterMode
-
-        latent_shape = self.latent_shape(cfg)
-        n_img = math.prod(latent_shape)
-        text_len = self.tokenizer.max_length
-        length = text_len + 1 + n_img
-        rows = 2 if cfg.guidance > 1 else 1
-        with torch.device("meta"):
-            model = URSATransformer(self.transformer.config, self.transformer.ops)
-            ids = torch.zeros(rows, length, dtype=torch.int64)
-        pos = positions(latent_shape, text_len).to("meta")
-        counter = FlopCounterMode(display=False)
-        with counter, torch.no_grad():
-            model(ids, pos, logits_slice=slice(length - n_img - 1, length - 1))
-        return {"forwards_per_step": 1, "tokens_per_forward": rows * length, "flops_per_step": int(counter.get_total_flops())}
+    def generate(self, prompt: str | list[str] = "", **kwargs: Any) -> URSAPipelineOutput:
+        """The reference pipeline's call, argument for argument: the keywords of :class:`ReferenceArgs`."""
+        result: URSAPipelineOutput = self(prompt, **kwargs)
+        return result

@@ -21,8 +21,12 @@ Two switches exist for it, carried by :class:`Draws`:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from ...devices import Backend
 
 
 @dataclass(frozen=True)
@@ -95,14 +99,14 @@ def random_codes(shape: tuple[int, ...], codebook_size: int, device: torch.devic
     return x if device.type == "cpu" else x.to(device)
 
 
-def device_generator(device: torch.device, generator: torch.Generator) -> torch.Generator:
-    """A generator on ``device`` seeded by one draw from the run's CPU ``generator`` (``device-rng``).
+def device_generator(backend: Backend, generator: torch.Generator) -> torch.Generator:
+    """A generator on the backend's device seeded by one draw from the run's CPU ``generator`` (``device-rng``).
 
     The seed draw keeps a run reproducible from ``cfg.seed`` alone.  A device without its own
-    generator type gets a CPU generator with the same seed (the draws then run on the host).
+    generator type gets the backend's CPU generator for that seed (the draws then run on the host).
     """
     seed = int(torch.empty((), dtype=torch.int64).random_(generator=generator))
     try:
-        return torch.Generator(device=device).manual_seed(seed)
+        return torch.Generator(device=backend.device).manual_seed(seed)
     except RuntimeError:
-        return torch.Generator().manual_seed(seed)
+        return backend.generator(seed)

@@ -20,6 +20,13 @@ from ..checkpoint import read_json
 DEFAULT_PAD = "<|endoftext|>"
 
 
+def prompt_list(text: str | list[str] | tuple[str, ...] | None) -> list[str] | None:
+    """One prompt or several as a list (None stays None): how many rows a call denoises per image."""
+    if text is None:
+        return None
+    return [text] if isinstance(text, str | bytes) else list(text)  # bytes: one (bad) prompt, not a list of ints
+
+
 class PromptTokenizer:
     def __init__(self, tokenizer: Tokenizer, pad_id: int, max_length: int = 320) -> None:
         self.tokenizer = tokenizer

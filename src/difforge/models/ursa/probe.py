@@ -1,0 +1,277 @@
+"""What ``difforge validate`` asks of URSA: teacher-forced steps, components, FLOPs and op capture.
+
+:class:`URSAProbe` wraps a loaded :class:`~.pipeline.URSAPipeline` and uses only its public
+attributes, so the pipeline keeps no validation code and validation holds no URSA code.  It sits at
+the top of the family (nothing in ``models/ursa`` imports it); the registry imports it lazily.
+
+Operators are captured by wrapping the transformer's :class:`~difforge.ops.OpSet` for one
+teacher-forced step, then replayed through the portable ops in float32 on the CPU (the reference)
+and at the device's dtype on the reference device (the floor).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from ...config import RunConfig
+from ...errors import InputError
+from ...ops import OpSet, plain_ops
+from ..families import URSA
+from ..probing import OpCase, detach, moved, shapes, upcast
+from .pipeline import URSAPipeline, cpu_copy
+from .rope import positions
+from .transformer import URSATransformer
+
+#: The sample prompts of the URSA port report (seeds/000, sections 3.4 and 6.2).
+PROMPTS = (
+    "The bear, calm and still, gazes upward as if lost in contemplation of the cosmos.",
+    "A serene mountain lake reflecting the aurora borealis at twilight.",
+    "A futuristic cityscape with neon lights and flying vehicles at night.",
+)
+NEGATIVE = "worst quality, low quality, inconsistent motion, static, still, blurry, jittery, distorted, ugly"
+
+
+def step_seed(seed: int, i: int) -> int:
+    """Seed of the generator used by :meth:`URSAProbe.forward_step` at step ``i``."""
+    return (int(seed) * 1_000_003 + int(i)) % (2**63 - 1)
+
+
+# ---- operator capture ---------------------------------------------------------------------------
+def _rotate_half_layout(t: Tensor) -> Tensor:
+    """Interleaved pairs (a0, b0, a1, b1 ...) -> rotate-half layout (a0, a1 ..., b0, b1 ...)."""
+    return torch.cat((t[..., 0::2], t[..., 1::2]), dim=-1)
+
+
+def _cosine(a: Tensor, b: Tensor) -> float:
+    """Cosine similarity of the flattened tensors in float64; 1.0 when both are all-zero."""
+    x, y = a.detach().to("cpu", torch.float64).reshape(-1), b.detach().to("cpu", torch.float64).reshape(-1)
+    nx, ny = float(x.norm()), float(y.norm())
+    if nx == 0.0 and ny == 0.0:
+        return 1.0
+    if nx == 0.0 or ny == 0.0 or not (math.isfinite(nx) and math.isfinite(ny)):
+        return 0.0 if math.isfinite(nx) and math.isfinite(ny) else float("nan")
+    return float(torch.dot(x, y) / (nx * ny))
+
+
+def _match_layout(dut: Tensor, ref: Tensor, floor: Tensor) -> tuple[str, Tensor, Tensor]:
+    """Fused rotary kernels may return the rotate-half layout (same attention, permuted head dim).
+    Compare in whichever of the two layouts the device output is closer to; a wrong pairing is far
+    from both."""
+    half = _rotate_half_layout(ref)
+    if _cosine(dut, half) > _cosine(dut, ref):
+        return "rotate-half", half, _rotate_half_layout(floor)
+    return "interleaved", ref, floor
+
+
+class _Recorder:
+    """Wraps OpSet callables to keep the first call(s) of each op: inputs and output."""
+
+    def __init__(self, ops: OpSet, head_dim: int) -> None:
+        self.ops = ops
+        self.head_dim = head_dim
+        self.calls: dict[str, list[tuple[tuple, Any]]] = {}
+
+    def _keep(self, key: str, args: tuple, out: Any, limit: int = 1) -> None:
+        lst = self.calls.setdefault(key, [])
+        if len(lst) < limit:
+            lst.append((tuple(detach(a) for a in args), detach(out)))
+
+    def wrapped(self) -> OpSet:
+        ops = self.ops
+
+        def rms_norm(x, w, eps):  # type: ignore[no-untyped-def]
+            out = ops.rms_norm(x, w, eps)
+            self._keep("rms_norm/head" if x.shape[-1] == self.head_dim else "rms_norm/hidden", (x, w, eps), out)
+            return out
+
+        def swiglu(g, u):  # type: ignore[no-untyped-def]
+            out = ops.swiglu(g, u)
+            self._keep("swiglu", (g, u), out)
+            return out
+
+        def rope_table(cos, sin):  # type: ignore[no-untyped-def]
+            self._keep("rope_table", (cos, sin), None)
+            return ops.rope_table(cos, sin)
+
+        def rotary(x, table):  # type: ignore[no-untyped-def]
+            out = ops.rotary(x, table)
+            self._keep("rotary", (x,), out, limit=2)  # q then k of the first layer
+            return out
+
+        def attention(q, k, v):  # type: ignore[no-untyped-def]
+            out = ops.attention(q, k, v)
+            self._keep("attention", (q, k, v), out)
+            return out
+
+        changes: dict[str, Any] = {"rms_norm": rms_norm, "swiglu": swiglu, "rope_table": rope_table,
+                                   "rotary": rotary, "attention": attention}
+        if ops.swiglu_packed is not None:
+            def swiglu_packed(gu):  # type: ignore[no-untyped-def]
+                out = ops.swiglu_packed(gu)
+                self._keep("swiglu", tuple(gu.chunk(2, dim=-1)), out)
+                return out
+
+            changes["swiglu_packed"] = swiglu_packed
+        return dataclasses.replace(ops, **changes)
+
+
+# ---- the probe ----------------------------------------------------------------------------------
+class URSAProbe:
+    """:class:`~difforge.models.probing.Probe` for URSA: every method runs on the pipeline's device and dtype."""
+
+    family: ClassVar[str] = URSA
+    takes_images: ClassVar[bool] = False
+    default_prompts: ClassVar[tuple[str, ...]] = PROMPTS
+    negative_prompt: ClassVar[str | None] = NEGATIVE
+
+    def __init__(self, pipeline: URSAPipeline) -> None:
+        self.pipeline = pipeline
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.pipeline.dtype
+
+    @property
+    def size_multiple(self) -> int:
+        """--height/--width must be positive multiples of the VAE's spatial stride."""
+        return self.pipeline.spatial_stride
+
+    @torch.no_grad()
+    def forward_step(self, cfg: RunConfig, i: int, inputs: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Teacher-forced step ``i``: guided logits and sampled tokens for the given current tokens.
+
+        The sampling generator is seeded with :func:`step_seed` (cfg.seed, i) so both sides of a
+        comparison draw the same numbers.
+        """
+        pipe = self.pipeline
+        latent_shape = pipe.latent_shape(cfg)
+        steps = pipe.num_steps(cfg)
+        pipe.place_transformer(pipe.device)
+        x = inputs["tokens"].to(pipe.device, torch.int64)
+        n_img = math.prod(latent_shape)
+        if x.shape[-1] != n_img:
+            raise InputError(f"forward_step got {x.shape[-1]} tokens per row; this size needs {n_img}.")
+        cond, uncond = pipe.encode_prompts(cfg.prompt, cfg.negative_prompt)
+        if cond.shape[0] != x.shape[0]:
+            cond, uncond = cond.expand(x.shape[0], -1), uncond.expand(x.shape[0], -1)
+        guided = cfg.guidance > 1
+        ids = pipe.image_ids(cond, uncond, x, guided)
+        pos = positions(latent_shape, cond.shape[1]).to(pipe.device)
+        raw = pipe.forward_logits(ids, pos, n_img, pipe.optimisations(cfg).lm_head_slice)
+        t = pipe.scheduler.t(i, steps)
+        z = pipe.guide(raw, cfg.guidance if t < cfg.guidance_trunc else 1) if guided else raw
+        logits = cpu_copy(z, torch.float32)  # the scheduler overwrites z
+        new = pipe.scheduler.step(z, i, steps, x, pipe.backend.generator(step_seed(cfg.seed, i)))
+        return {"logits": logits, "tokens": new.cpu()}
+
+    def transformer_blocks(self) -> list[tuple[str, nn.Module]]:
+        model = self.pipeline.transformer
+        blocks: list[tuple[str, nn.Module]] = [("model.embed_tokens", model.model.embed_tokens)]
+        blocks += [(f"model.layers.{i}", layer) for i, layer in enumerate(model.model.layers)]
+        blocks += [("model.norm", model.model.norm), ("lm_head", model.lm_head)]
+        return blocks
+
+    def component_inputs(self, cfg: RunConfig) -> dict[str, dict[str, Tensor]]:
+        """Deterministic CPU inputs (seeded by cfg.seed) for :meth:`run_component`."""
+        pipe = self.pipeline
+        latent_shape = pipe.latent_shape(cfg)
+        codes = torch.randint(0, pipe.scheduler.codebook_size, (1, *latent_shape), generator=pipe.backend.generator(cfg.seed))
+        cond, uncond = pipe.encode_prompts(cfg.prompt, None)
+        return {
+            "transformer": {"ids": pipe.image_ids(cond, uncond, codes.flatten(1), guided=False),
+                            "positions": positions(latent_shape, cond.shape[1])},
+            "vae_decode": {"codes": codes},
+        }
+
+    def run_component(self, name: str, inputs: dict[str, Tensor]) -> Tensor:
+        """``transformer``: logits of the sampler's rows ``[B, N, K]``; ``vae_decode``: pixels in [-1, 1]."""
+        pipe = self.pipeline
+        with torch.no_grad():
+            if name == "transformer":
+                pipe.place_transformer(pipe.device)
+                ids, pos = inputs["ids"].to(pipe.device), inputs["positions"].to(pipe.device)
+                n_img = ids.shape[1] - pipe.tokenizer.max_length - 1
+                return pipe.forward_logits(ids, pos, n_img, True).float().cpu()
+            if name == "vae_decode":
+                pipe.place_vae(pipe.device)
+                return pipe.vae.decode(inputs["codes"].to(pipe.device)).float().cpu()
+        raise InputError(f"Unknown URSA component '{name}'; use 'transformer' or 'vae_decode'.")
+
+    def flops_per_step(self, cfg: RunConfig) -> dict[str, Any]:
+        """FLOPs of one denoising forward, counted once on the meta device."""
+        pipe = self.pipeline
+        latent_shape = pipe.latent_shape(cfg)
+        n_img = math.prod(latent_shape)
+        text_len = pipe.tokenizer.max_length
+        length = text_len + 1 + n_img
+        rows = 2 if cfg.guidance > 1 else 1
+        with torch.device("meta"):
+            model = URSATransformer(pipe.transformer.config, pipe.transformer.ops)
+            ids = torch.zeros(rows, length, dtype=torch.int64)
+        pos = positions(latent_shape, text_len).to("meta")
+        counter = FlopCounterMode(display=False)
+        with counter, torch.no_grad():
+            model(ids, pos, logits_slice=slice(length - n_img - 1, length - 1))
+        return {"forwards_per_step": 1, "tokens_per_forward": rows * length, "flops_per_step": int(counter.get_total_flops())}
+
+    def operator_cases(self, ref_device: torch.device, cfg: RunConfig, inputs: dict[str, Tensor],
+                       adaptations: Sequence[Any]) -> list[OpCase]:
+        """The ops of step 0 on ``inputs`` (captured from the transformer's OpSet), each with its fp32 CPU
+        reference and its floor (the portable op at the device's dtype on ``ref_device``).
+
+        The op choices come from the OpSet itself, so ``adaptations`` is not needed here.
+        """
+        transformer = self.pipeline.transformer
+        original = transformer.ops
+        recorder = _Recorder(original, transformer.config.head_dim)
+        transformer.set_ops(recorder.wrapped())
+        try:
+            self.forward_step(cfg, 0, inputs)
+        finally:
+            transformer.set_ops(original)
+        plain = plain_ops()
+        choices = dict(original.choices)
+        calls = recorder.calls
+        dt = self.dtype
+
+        def floor_of(fn: Any, *args: Any) -> Tensor:
+            return fn(*(moved(a, ref_device, dt) if isinstance(a, Tensor) else a for a in args))
+
+        def up_args(args: tuple) -> tuple:
+            return tuple(upcast(a) if isinstance(a, Tensor) else a for a in args)
+
+        def impl(op: str) -> tuple[str, bool]:
+            ch = choices.get(op)
+            return (ch.name, ch.exact) if ch else ("?", True)
+
+        cases: list[OpCase] = []
+        for key in ("rms_norm/hidden", "rms_norm/head"):
+            if key in calls:
+                (x, w, eps), out = calls[key][0]
+                cases.append(OpCase(key, *impl("rms_norm"), shapes(x, w), upcast(out),
+                                    plain.rms_norm(*up_args((x, w, eps))), floor_of(plain.rms_norm, x, w, eps)))
+        if "swiglu" in calls:
+            (g, u), out = calls["swiglu"][0]
+            cases.append(OpCase("swiglu", *impl("swiglu"), shapes(g, u), upcast(out),
+                                plain.swiglu(upcast(g), upcast(u)), floor_of(plain.swiglu, g, u)))
+        if "rotary" in calls and "rope_table" in calls:
+            (q,), q_rot = calls["rotary"][0]
+            (cos, sin), _ = calls["rope_table"][0]
+            ref = plain.rotary(upcast(q), plain.rope_table(upcast(cos), upcast(sin)))
+            flo = plain.rotary(moved(q, ref_device, dt),
+                               plain.rope_table(moved(cos, ref_device, dt), moved(sin, ref_device, dt)))
+            layout, ref, flo = _match_layout(upcast(q_rot), ref, flo)
+            cases.append(OpCase("rotary", *impl("rotary"), shapes(q), upcast(q_rot), ref, flo,
+                                note=f"output layout {layout} (the reference is compared in the same layout)"))
+        if "attention" in calls:
+            (q, k, v), out = calls["attention"][0]
+            cases.append(OpCase("attention", *impl("attention"), shapes(q, k, v), upcast(out),
+                                plain.attention(upcast(q), upcast(k), upcast(v)), floor_of(plain.attention, q, k, v)))
+        return cases
