@@ -91,3 +91,16 @@ def test_generate_api_returns_images_and_record(tmp_path: Path) -> None:
     assert len(loaded.step_times_s) == 4
     assert loaded.environment["packages"]["torch"]
     assert any(a.what == "attention" for a in loaded.adaptations)
+
+
+def test_difforge_validate_stays_the_api_function_after_the_package_is_imported() -> None:
+    """Importing ``difforge.validate`` (the API function does it) binds the subpackage on ``difforge``:
+    the name must stay callable as documented, and the package's contents reachable."""
+    import difforge
+    import difforge.validate
+    from difforge.errors import InputError
+
+    assert difforge.validate.ValidateOptions is not None
+    for _ in range(2):  # a second call used to hit the module object: "'module' object is not callable"
+        with pytest.raises(InputError, match="--lang"):
+            difforge.validate(model="tiny-ursa", device="cpu", out="unused", lang="xx")

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from difforge.report import write_report
+import difforge.report
 from difforge.validate import ValidateOptions, ValidationResult
 from difforge.validate import run_validation as _run_validation
 
 
 def run_validation(options: ValidateOptions) -> ValidationResult:
-    return _run_validation(options, write_report)
+    """The writer is looked up per call, so a test may patch ``difforge.report.write_report``."""
+    return _run_validation(options, lambda *a, **k: difforge.report.write_report(*a, **k))

@@ -47,7 +47,7 @@ def _interrupt(*args: Any, **kwargs: Any) -> None:
 # ---- D7: a failed or interrupted run leaves nothing --------------------------------------------------------
 def test_ctrl_c_after_images_were_saved_leaves_no_folder_at_all(tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runner, "_gallery", _interrupt)  # by then device/reference images are saved
+    monkeypatch.setattr(runner._Climb, "gallery", _interrupt)  # by then device/reference images are saved
     with pytest.raises(KeyboardInterrupt):
         run_validation(_opts(tmp_path / "a" / "b"))
     assert _everything(tmp_path) == []  # no a/b/images/..., no hidden staging folder, no empty a/
@@ -125,7 +125,7 @@ def test_a_previous_report_is_replaced_whole_and_survives_a_failed_rerun(tmp_pat
     assert first.report_paths["json"] == second.report_paths["json"]
 
     kept, listing = _tree(out), _everything(tmp_path)
-    monkeypatch.setattr(runner, "_gallery", _interrupt)
+    monkeypatch.setattr(runner._Climb, "gallery", _interrupt)
     with pytest.raises(KeyboardInterrupt):
         run_validation(_opts(out))
     assert _tree(out) == kept and _everything(tmp_path) == listing  # the old report, byte for byte, and no leftovers

@@ -174,8 +174,8 @@ def test_crashing_reference_runs_and_gallery_still_write_the_report(tmp_path: Pa
     def gallery_boom(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("gallery exploded")
 
-    monkeypatch.setattr(runner, "_reference_runs", boom)
-    monkeypatch.setattr(runner, "_gallery", gallery_boom)
+    monkeypatch.setattr(runner._Climb, "_reference_runs", boom)
+    monkeypatch.setattr(runner._Climb, "gallery", gallery_boom)
     result = run_validation(_opts("tiny-ursa", tmp_path / "r", steps=2, height=32, width=32))
     verdicts = result.rung_verdicts()
     assert verdicts["smoke"] == "PASS" and verdicts["component"] == "PASS"

@@ -183,7 +183,7 @@ class _Climb:
         self.rungs: dict[str, RungResult] = {}
         self.data: dict[str, Any] = {"options": self.o.to_dict(), "family": lad.family, "notes": lad.notes}
         self.floor: Any = None
-        self.cfg0 = lad.dut_cfg()
+        self.cfg0: RunConfig = lad.dut_cfg()  # remade once the inputs are saved (their paths go in it)
         self.smoke_trace = StepTrace()
         self.smoke_images: list[Image.Image] = []
 
@@ -191,6 +191,7 @@ class _Climb:
         lad = self.lad
         # 1. load (the floor) -------------------------------------------------------------------------
         lad.save_inputs()
+        self.cfg0 = lad.dut_cfg()
         if self.ref.pipe is None:
             lad.set_floor("none (the reference could not be loaded)",
                           f"the reference ({lad.ref_label}) could not be loaded: {self.ref.error}")
