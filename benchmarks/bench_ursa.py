@@ -40,9 +40,10 @@ from benchmarks.common import BenchResult, make_result, print_table, sync, write
 from difforge.config import RunConfig
 from difforge.devices import DTYPES, get_backend
 from difforge.devices.base import Backend
+from difforge.models.ursa.call import EXACT_OPTIMISATIONS
 from difforge.models.ursa.config import SchedulerConfig, URSATransformerConfig, VQConfig
 from difforge.models.ursa.loader import URSACheckpoint
-from difforge.models.ursa.pipeline import EXACT_OPTIMISATIONS, URSAPipeline
+from difforge.models.ursa.pipeline import URSAPipeline
 from difforge.models.ursa.rope import positions
 from difforge.models.ursa.scheduler import DFMScheduler
 from difforge.models.ursa.transformer import URSATransformer

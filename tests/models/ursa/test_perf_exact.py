@@ -16,7 +16,7 @@ from difforge.devices import CPUBackend
 from difforge.devices.compile import compile_policy
 from difforge.errors import InputError
 from difforge.models.ursa import URSAPipeline
-from difforge.models.ursa.pipeline import EXACT_OPTIMISATIONS, FAST_OPTIMISATIONS
+from difforge.models.ursa.call import EXACT_OPTIMISATIONS, FAST_OPTIMISATIONS
 from difforge.models.ursa.rope import positions
 from difforge.models.ursa.sampling import Draws, categorical, device_generator, uniform
 from difforge.runtime.record import RunRecord

@@ -12,7 +12,7 @@ from difforge.config import RunConfig
 from difforge.errors import InputError
 from difforge.models.probing import Probe
 from difforge.models.ursa import URSAPipeline
-from difforge.models.ursa.pipeline import ReferenceArgs
+from difforge.models.ursa.call import ReferenceArgs
 from difforge.models.ursa.probe import NEGATIVE, PROMPTS, URSAProbe
 from difforge.runtime.record import RunRecord
 

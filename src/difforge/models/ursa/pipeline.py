@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -47,6 +46,20 @@ from ...runtime.record import RunRecord
 from ...runtime.steps import StepTimer
 from ..families import URSA
 from ..load_defaults import load_defaults
+from .call import (
+    DEFAULT_HEIGHT,
+    DEFAULT_STEPS,
+    DEFAULT_WIDTH,
+    EXACT_OPTIMISATIONS,
+    FAST_OPTIMISATIONS,
+    Optimisations,
+    ReferenceArgs,
+    StepHook,
+    TokenState,
+    URSACall,
+    URSAPipelineOutput,
+    cpu_copy,
+)
 from .config import decoder_torch_dtype
 from .loader import URSACheckpoint
 from .memory import check_call_memory
@@ -57,115 +70,10 @@ from .tokenizer import PromptTokenizer, prompt_list
 from .transformer import URSATransformer, run_layer
 from .vae import AutoencoderVQ, to_uint8
 
-DEFAULT_HEIGHT, DEFAULT_WIDTH, DEFAULT_STEPS = 320, 512, 25
-EXACT_OPTIMISATIONS = ("lm-head-slice", "reuse-first-forward", "rope-cache", "pinned-draws")
-FAST_OPTIMISATIONS = ("unguided-tail", "device-rng")
-OUTPUT_TYPES = ("pil", "np", "latent")
-
-StepHook = Callable[[int, dict[str, torch.Tensor], dict[str, torch.Tensor]], None]
-
-
-def cpu_copy(x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """A CPU tensor that owns its memory (``.cpu()`` on a CPU tensor would alias it)."""
-    return x.detach().to("cpu", dtype or x.dtype, copy=True)
-
 
 def _phase(record: RunRecord | None, name: str, backend: Backend) -> AbstractContextManager[None]:
     """``record.phase(name)``, or nothing for the reference's call (which records nothing)."""
     return record.phase(name, backend) if record is not None else nullcontext()
-
-
-@dataclass
-class URSAPipelineOutput:
-    """What the diffusers-style call returns: ``frames`` as PIL images, a uint8 array or token ids."""
-
-    frames: Any
-
-
-@dataclass(frozen=True)
-class Optimisations:
-    """The speed-up switches of one call, decided once from ``cfg.disable`` / ``cfg.fast`` and the device."""
-
-    lm_head_slice: bool
-    reuse_first: bool  # metric path only: off the metric path step 0 can move tokens
-    rope_cache: bool
-    pinned_draws: bool  # only where the backend's host-to-device copies can overlap the host
-    unguided_tail: bool
-    device_rng: bool
-
-
-@dataclass(frozen=True)
-class ReferenceArgs:
-    """The reference pipeline's call arguments, argument for argument, with its defaults.
-
-    ``pipe(prompt=..., generator=g, output_type="np")`` (or :meth:`URSAPipeline.generate`) takes
-    exactly these keywords.  ``output_type``: "pil" (one image per frame), "np" (uint8 ``[B, H, W, 3]``,
-    or ``[B, T, H, W, 3]`` for video) or "latent" (token ids ``[B, T, h, w]``).  ``generator`` None:
-    a fresh CPU generator seeded from ``torch.seed()``, like the reference.
-    """
-
-    prompt: str | list[str] = ""
-    negative_prompt: str | list[str] | None = None
-    height: int = DEFAULT_HEIGHT
-    width: int = DEFAULT_WIDTH
-    num_frames: int = 1
-    num_inference_steps: int = DEFAULT_STEPS
-    guidance_scale: float = 7.0
-    guidance_trunc: float = 0.9
-    num_images_per_prompt: int = 1
-    generator: torch.Generator | None = None
-    output_type: str = "pil"
-    disable: tuple[str, ...] = ()
-    fast: tuple[str, ...] = ()
-
-    def run_config(self) -> RunConfig:
-        """The numeric options as a RunConfig (checked by ``RunConfig.validate`` like every other call)."""
-        if self.output_type not in OUTPUT_TYPES:
-            raise InputError(f"output_type must be 'pil', 'np' or 'latent', got {self.output_type!r}.")
-        return RunConfig(model="", height=self.height, width=self.width, num_frames=self.num_frames,
-                         steps=self.num_inference_steps, guidance=self.guidance_scale,
-                         guidance_trunc=self.guidance_trunc, disable=list(self.disable), fast=list(self.fast),
-                         quiet=True)
-
-
-@dataclass(frozen=True)
-class URSACall:
-    """One call after stage 1 (check inputs): everything the later stages read, decided once."""
-
-    cfg: RunConfig
-    prompt: str | list[str]
-    negative_prompt: str | list[str] | None
-    latent_shape: tuple[int, int, int]
-    steps: int
-    flags: Optimisations
-    generator: torch.Generator
-    per_prompt: int = 1
-    #: None: the reference's call, which records nothing, takes no step hook and decodes where the VAE is.
-    record: RunRecord | None = None
-    step_hook: StepHook | None = None
-    #: None: difforge's call (a list of PIL images, one per frame); else the reference's output_type.
-    output_type: str | None = None
-
-
-@dataclass
-class TokenState:
-    """Stage 3's result: the initial codes and what every denoising step reuses."""
-
-    x: torch.Tensor  # [B, N] current codes, int64 on the device
-    ids: torch.Tensor  # [rows, L] transformer input: text | bov | image tokens, both CFG halves
-    pos: torch.Tensor  # [L, 3] positions on the device
-    rope: object | None  # the rotary table when rope-cache is on
-    draws: Draws
-    latent_shape: tuple[int, int, int]
-    guided: bool
-
-    @property
-    def batch(self) -> int:
-        return self.x.shape[0]
-
-    @property
-    def n_img(self) -> int:
-        return self.x.shape[1]
 
 
 class URSAPipeline:

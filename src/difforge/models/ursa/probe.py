@@ -25,7 +25,8 @@ from ...errors import InputError
 from ...ops import OpSet, plain_ops
 from ..families import URSA
 from ..probing import OpCase, detach, moved, shapes, upcast
-from .pipeline import URSAPipeline, cpu_copy
+from .call import cpu_copy
+from .pipeline import URSAPipeline
 from .rope import positions
 from .transformer import URSATransformer
 
