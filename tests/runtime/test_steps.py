@@ -51,6 +51,7 @@ def test_start_resets_previous_marks() -> None:
 
 class _FakeBackend:
     device = torch.device("meta")
+    is_host = False
 
 
 def test_falls_back_to_perf_counter_when_events_fail(monkeypatch: pytest.MonkeyPatch) -> None:

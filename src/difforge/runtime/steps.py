@@ -21,7 +21,8 @@ class StepTimer:
 
     def __init__(self, backend: Backend | None = None) -> None:
         self._device = backend.device if backend is not None else torch.device("cpu")
-        self._use_events = self._device.type != "cpu" and hasattr(torch, "Event")
+        # device events time asynchronous work without a host sync; the host itself needs none
+        self._use_events = backend is not None and not backend.is_host and hasattr(torch, "Event")
         self._marks: list[Any] = []
 
     def _now(self) -> Any:

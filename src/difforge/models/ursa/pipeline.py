@@ -242,7 +242,7 @@ class URSAPipeline:
         if args is None:
             generator = self.backend.generator(cfg.seed)
         else:  # the caller's generator, or a fresh one like the reference's
-            generator = args.generator if args.generator is not None else torch.Generator().manual_seed(torch.seed())
+            generator = args.generator if args.generator is not None else self.backend.generator(torch.seed())
         return URSACall(cfg=cfg, prompt=prompt, negative_prompt=negative, latent_shape=latent_shape, steps=steps,
                         flags=flags, generator=generator, per_prompt=per_prompt, record=record, step_hook=step_hook,
                         output_type=None if args is None else args.output_type)
