@@ -199,6 +199,13 @@ def validate(
     seed: Seed = 0,
     quick: Annotated[bool, typer.Option(help="Fewer steps/rounds: a fast sanity pass.")] = False,
     lang: Annotated[str, typer.Option(help="Report prose language: en or zh.")] = "en",
+    floor: Annotated[str | None, typer.Option(
+        help="A second real device as the noise floor, device[:dtype] (default: an emulated floor on the "
+             "reference's float32 kernels).")] = None,
+    allow_self_compare: Annotated[bool, typer.Option(
+        "--allow-self-compare", help="Allow device == reference (same dtype); the report says it is not a port test.")
+    ] = False,
+    fail_on: Annotated[str, typer.Option(help="Exit 1 on 'fail' (default) or also on 'warn'.")] = "fail",
     quiet: Quiet = False,
 ) -> None:
     """Run the acceptance ladder against a reference and write the port report."""
@@ -220,6 +227,9 @@ def validate(
         quick=quick,
         lang=lang,
         out=str(out),
+        floor=floor,
+        allow_self_compare=allow_self_compare,
+        fail_on=fail_on,
         quiet=quiet,
     )
     for name, path in result.report_paths.items():

@@ -23,8 +23,8 @@ from .ladder_run import run_validation
 
 
 def _opts(model: str, out: Path, **kw: Any) -> ValidateOptions:
-    return ValidateOptions(model=model, device="cpu", dtype="bfloat16", quick=True, out=out, quiet=True,
-                           rounds=1, warmup=0, **kw)
+    kw.setdefault("dtype", "bfloat16")
+    return ValidateOptions(model=model, device="cpu", quick=True, out=out, quiet=True, rounds=1, warmup=0, **kw)
 
 
 # ---- 1. trajectory without a floor is never a bare PASS ---------------------------------------------------
@@ -45,8 +45,9 @@ def test_trajectory_without_floor_fails_a_wrong_image_and_only_warns_a_good_one(
 class _CpuOnlyLadder:
     """A Ladder whose device under test computes in float16 while the reference is the CPU."""
 
-    def __init__(self, tmp_path: Path, reference: str = "cpu:float32", fail: bool = False) -> None:
-        self.lad = runner.Ladder(_opts("tiny-ursa", tmp_path / "r", reference=reference))
+    def __init__(self, tmp_path: Path, reference: str = "cpu:float32", fail: bool = False,
+                 dtype: str = "bfloat16") -> None:
+        self.lad = runner.Ladder(_opts("tiny-ursa", tmp_path / "r", reference=reference, floor="cpu", dtype=dtype))
         self.lad.dut_dtype = torch.float16  # CPU refuses float16: as for an NPU/CUDA float16 port
         self.loaded: list[tuple[str, str]] = []
 
@@ -61,18 +62,18 @@ class _CpuOnlyLadder:
 
 def test_floor_falls_back_to_the_nearest_dtype_the_reference_runs(tmp_path: Path) -> None:
     fake = _CpuOnlyLadder(tmp_path)
-    assert fake.lad.load_floor(same_place=False) == "floor@bfloat16"
+    assert fake.lad.load_floor(None) == "floor@bfloat16"
     assert fake.loaded == [("cpu", "bfloat16")]
     assert "nearest to float16" in fake.lad.floor_label and fake.lad.floor_dtype == torch.bfloat16
     assert any("does not run float16" in n for n in fake.lad.notes)
 
 
 def test_no_floor_possible_or_floor_crash_leaves_no_floor_with_a_note(tmp_path: Path) -> None:
-    fake = _CpuOnlyLadder(tmp_path, reference="cpu:bfloat16")  # bfloat16 is the reference itself
-    assert fake.lad.load_floor(same_place=False) is None and fake.loaded == []
+    fake = _CpuOnlyLadder(tmp_path, reference="cpu:bfloat16", dtype="float32")  # bfloat16 is the reference itself
+    assert fake.lad.load_floor(None) is None and fake.loaded == []
     assert fake.lad.floor_label.startswith("none") and "absolute bound" in fake.lad.notes[-1]
     crash = _CpuOnlyLadder(tmp_path, fail=True)
-    assert crash.lad.load_floor(same_place=False) is None
+    assert crash.lad.load_floor(None) is None
     assert "out of host memory" in crash.lad.notes[-1]
 
 

@@ -59,6 +59,11 @@ class Probe(Protocol):
 
     def transformer_blocks(self) -> list[tuple[str, nn.Module]]: ...
 
+    def modules(self) -> dict[str, nn.Module]:
+        """The pipeline's top-level networks by name (text encoder, transformer, VAE ...): what an
+        emulated low-precision floor rounds and hooks."""
+        ...
+
     def component_inputs(self, cfg: RunConfig) -> dict[str, dict[str, Tensor]]:
         """Per component (text encoder, transformer, VAE ...), inputs it can be run on alone."""
         ...

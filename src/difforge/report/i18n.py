@@ -35,8 +35,9 @@ TEXT: dict[str, dict[str, str]] = {
                               "block; first block with cosine below {threshold}: **{first}**."),
         "after_blocks": "none of the blocks (the divergence is after them: final norm / head / guidance)",
         "block": "Block",
-        "floor_text": ("Noise floor: the reference device at the device's dtype ({floor}), i.e. what that "
-                       "precision alone costs on a trusted implementation."),
+        "floor_text": ("Noise floor: {floor}, i.e. what the device's precision alone costs on a trusted "
+                       "implementation that shares none of the device's kernels; every rung judges the device's "
+                       "error against it (ratio <= 2 PASS, <= 3 WARN, beyond FAIL)."),
         "no_floor_text": ("No noise floor ({floor}): precision is not judged; each image is only held to diffusers' "
                           "absolute fp16-vs-fp32 bound, so the trajectory is at best a WARN."),
         "verdict_reasons": "Why the verdict is not a plain PASS:",
@@ -81,7 +82,7 @@ TEXT: dict[str, dict[str, str]] = {
                               "首个余弦相似度低于 {threshold} 的层：**{first}**。"),
         "after_blocks": "所有 block 均未分叉（分叉发生在其后：最终归一化 / 输出头 / 引导）",
         "block": "层",
-        "floor_text": "噪声基线：参考设备以被测设备的精度（{floor}）运行，即可信实现下仅由该精度带来的误差。",
+        "floor_text": "噪声基线：{floor}，即在不与被测设备共享任何算子的可信实现上，仅由该精度带来的误差；各级检查以被测设备误差与该基线之比判定（≤2 通过，≤3 警告，否则失败）。",
         "no_floor_text": "无噪声基线（{floor}）：不做精度判定，仅按 diffusers fp16 对 fp32 的绝对界检查图像，轨迹最多为 WARN。",
         "verdict_reasons": "结论并非直接 PASS 的原因：",
         "gallery": "8. 生成样例",

@@ -8,6 +8,7 @@ is the one the report describes), and every family-specific question goes to the
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,12 +18,13 @@ from PIL import Image
 
 from .. import engine
 from ..config import RunConfig
-from ..devices import Backend, dtype_name, get_backend
-from ..errors import DtypeError, SizeError
+from ..devices import DTYPES, Backend, dtype_name, get_backend
+from ..errors import DtypeError, InputError, SizeError
 from ..models.registry import family_of, probe_class, probe_for
 from ..runtime.atomic import atomic_save
 from ..runtime.images import load_images, test_picture
 from ..runtime.record import RunRecord
+from .floor import EmulatedPrecision, InPrecision, emulate
 from .inputs import read_prompts
 from .options import ValidateOptions, check_out_dir, parse_reference
 from .outdir import StagedFolder
@@ -76,7 +78,19 @@ class Ladder:
         self.ref: Any = None
         self.floor_label = f"{self.ref_label.split()[0]} {dtype_name(self.dut_dtype)}"
         self.floor_dtype = self.dut_dtype
+        #: The emulated floor's pipeline and its rounding (None: a real floor, the reference, or none).
+        self.floor_pipe: Any = None
+        self.floor_backend: Backend = self.ref_backend
+        self.emulation: EmulatedPrecision | None = None
         self._probes: dict[int, Any] = {}
+        self.self_compare = self.same_place and self.dut_dtype == self.ref_dtype
+        if self.self_compare and not options.allow_self_compare:
+            raise InputError(
+                f"--device {options.device} --dtype {options.dtype} is the reference itself ({self.ref_label}): a "
+                "validation would compare it with itself and prove nothing about a port; give the dtype or device "
+                "under test (e.g. --dtype bfloat16), or --allow-self-compare to run it anyway (reported as not a "
+                "port test)."
+            )
 
     # ---- labels ---------------------------------------------------------------------------------
     @property
@@ -92,15 +106,15 @@ class Ladder:
         """Device under test and reference are one device: the floor is then the device itself."""
         return self.ref_backend.device == self.dut_backend.device
 
-    @property
-    def floor_is_dut(self) -> bool:
-        return self.same_place and not self.o.op_overrides
-
     def probe(self, pipeline: Any) -> Any:
-        """The family probe of ``pipeline`` (one per pipeline, so identity checks hold)."""
+        """The family probe of ``pipeline`` (one per pipeline, so identity checks hold); the emulated
+        floor's probe runs every call inside its rounding."""
         key = id(pipeline)
         if key not in self._probes:
-            self._probes[key] = probe_for(pipeline)
+            probe = probe_for(pipeline)
+            if self.emulation is not None and pipeline is self.floor_pipe:
+                probe = InPrecision(probe, self.emulation)
+            self._probes[key] = probe
         return self._probes[key]
 
     # ---- configs --------------------------------------------------------------------------------
@@ -120,7 +134,7 @@ class Ladder:
         return replace(cfg, device=str(self.ref_backend.device), dtype=dtype_name(self.ref_dtype))
 
     def floor_cfg(self, cfg: RunConfig) -> RunConfig:
-        return replace(cfg, device=str(self.ref_backend.device), dtype=dtype_name(self.floor_dtype))
+        return replace(cfg, device=str(self.floor_backend.device), dtype=dtype_name(self.floor_dtype))
 
     # ---- inputs ---------------------------------------------------------------------------------
     def prepare_inputs(self) -> None:
@@ -197,48 +211,76 @@ class Ladder:
         self.set_floor(f"none ({why})", f"no precision floor: {why}; the trajectory is judged only by an absolute "
                                         "bound, at best WARN")
 
-    def floor_candidates(self) -> list[torch.dtype]:
-        """Dtypes to build the floor at: the device's own, then the nearest ones (never the reference's)."""
-        return [d for d in (self.dut_dtype, *NEAREST_DTYPES.get(self.dut_dtype, ())) if d != self.ref_dtype]
+    def load_floor(self, dut: Any) -> Any | None:
+        """The pipeline whose distance from the reference is what the device's dtype alone costs.
 
-    def load_floor(self, same_place: bool) -> Any | None:
-        """The reference device at the device's dtype (or the nearest it supports); None when none can run."""
+        Never the device under test: the same device, dtype and kernels would vouch for themselves.
+        In order: a self-comparison (allowed explicitly) has none; a device computing in the
+        reference's dtype is held to the reference itself (zero, raised to the 1-level quantisation
+        step); ``--floor DEVICE[:DTYPE]`` loads a second real device; otherwise the floor is emulated
+        (:mod:`.floor`): the reference's float32 kernels, rounding like the device.
+        """
         want = dtype_name(self.dut_dtype)
-        ref_device = str(self.ref_backend.device)
-        self.set_floor(f"{ref_device} {want}", dtype=self.dut_dtype)
-        if same_place and not self.o.op_overrides:
-            self.set_floor(self.floor_label, f"the precision floor ({self.floor_label}) is the device under test "
-                           "itself: same device, same dtype, no op overrides, so its trajectory is reused")
+        if self.self_compare:
+            self.set_floor("none (self-comparison: not a port test)",
+                           f"self-comparison asked for (--allow-self-compare): {self.dut_label} is the reference "
+                           "itself, so this report is not a port test")
             return None
         if self.dut_dtype == self.ref_dtype:
-            self.set_floor(self.floor_label, f"device and reference share {dtype_name(self.ref_dtype)}: the floor "
-                           "is the reference itself (zero), raised to the 1-level quantisation step")
+            self.set_floor(f"{self.ref_label} (the reference itself)",
+                           f"device and reference share {dtype_name(self.ref_dtype)}: the floor is the reference "
+                           "itself (zero), raised to the 1-level quantisation step")
             return self.ref
+        if self.o.floor is not None:
+            return self._real_floor()
+        try:
+            pipe, _ = self.load(self.ref_backend, self.ref_dtype)
+            self.emulation = emulate(probe_for(pipe), self.probe(dut))
+        except Exception as exc:  # an OOM or crash here costs the floor, not the report
+            self.no_floor(f"the emulated floor failed to load ({short_error(exc)})")
+            return None
+        self.floor_pipe = pipe
+        self._probes.pop(id(pipe), None)
+        emulated = ", ".join(self.emulation.emulated_dtypes) or want
+        self.set_floor(f"emulated {emulated} on {self.ref_label} kernels",
+                       f"the precision floor is emulated: the reference's {dtype_name(self.ref_dtype)} kernels with "
+                       f"every weight and module output rounded to the dtype the device holds it in ({emulated}); "
+                       "it shares no kernel with the device under test", dtype=self.ref_dtype)
+        return pipe
+
+    def _real_floor(self) -> Any | None:
+        """``--floor DEVICE[:DTYPE]``: a second real device at the device's dtype (or the one named), or the
+        nearest dtype that device runs."""
+        spec = str(self.o.floor)
+        device, named = parse_reference(spec, flag="--floor")
+        backend = get_backend(device)
+        named_dtype = spec.strip().lower().rpartition(":")[2] in DTYPES
+        first = backend.resolve_dtype(named) if named_dtype else self.dut_dtype
+        want = dtype_name(first)
+        candidates = [d for d in (first, *NEAREST_DTYPES.get(first, ())) if d != self.ref_dtype]
         refused: list[str] = []
-        for dtype in self.floor_candidates():
+        for dtype in candidates:
             name = dtype_name(dtype)
             try:
-                self.ref_backend.resolve_dtype(dtype)
+                backend.resolve_dtype(dtype)
             except DtypeError:
                 refused.append(name)
                 continue
             try:
-                floor, _ = self.load(self.ref_backend, dtype)
+                floor, _ = self.load(backend, dtype)
             except Exception as exc:  # an OOM or crash here costs the floor, not the report
-                self.set_floor(f"none ({ref_device} {name} failed to load)",
-                               f"no precision floor: loading the reference at {name} failed ({short_error(exc)}); "
-                               "the trajectory is judged only by an absolute bound, at best WARN")
+                self.no_floor(f"loading the floor {backend.device} {name} failed ({short_error(exc)})")
                 return None
+            self.floor_backend = backend
             if name != want:
-                self.set_floor(f"{ref_device} {name}, nearest to {want}",
-                               f"{ref_device} does not run {want}, so the precision floor is built at {name}, the "
-                               f"nearest dtype it supports: a looser floor than {want} would give", dtype=dtype)
+                self.set_floor(f"{backend.device} {name}, nearest to {want}",
+                               f"{backend.device} does not run {want}, so the precision floor is built at {name}, "
+                               f"the nearest dtype it supports: a looser floor than {want} would give", dtype=dtype)
             else:
-                self.set_floor(f"{ref_device} {name}", dtype=dtype)
+                self.set_floor(f"{backend.device} {name} (--floor)", f"the precision floor is a second device: "
+                               f"{backend.device} {name}", dtype=dtype)
             return floor
-        self.set_floor(f"none ({ref_device} runs none of {', '.join(refused) or want})",
-                       f"no precision floor: {ref_device} runs neither {want} nor a nearby 16-bit dtype, so the "
-                       "trajectory is judged only by an absolute bound (diffusers fp16 test), at best WARN")
+        self.no_floor(f"{backend.device} runs none of {', '.join(refused) or want}")
         return None
 
     # ---- runs ---------------------------------------------------------------------------------------
@@ -250,6 +292,8 @@ class Ladder:
 
     def run(self, pipe: Any, cfg: RunConfig, record: RunRecord | None = None,
             trace: StepTrace | None = None) -> tuple[list[Image.Image], RunRecord]:
-        res = engine.run_pipeline(pipe, cfg, images=self.images or None, record=record,
-                                  step_hook=trace.hook if trace is not None else None)
+        emulated = self.emulation is not None and pipe is self.floor_pipe
+        with self.emulation.active() if emulated else nullcontext():  # type: ignore[union-attr]
+            res = engine.run_pipeline(pipe, cfg, images=self.images or None, record=record,
+                                      step_hook=trace.hook if trace is not None else None)
         return res.images, res.record

@@ -49,6 +49,14 @@ class ValidateOptions:
     op_overrides: dict[str, Callable[..., Any]] | None = None
     #: Extra seeds for the trajectory rung (clean runs are checked on several seeds).
     extra_seeds: list[int] = field(default_factory=list)
+    #: A second real device as the precision floor (``cuda:bfloat16``); None: the emulated floor
+    #: (the reference's float32 kernels rounding like the device), which never shares its kernels.
+    floor: str | None = None
+    #: Validate a device against itself (same device, same dtype): refused unless asked for, and then
+    #: the report says it is not a port test.
+    allow_self_compare: bool = False
+    #: ``warn``: a WARN verdict exits 1 too (a sign-off that accepts no open question).
+    fail_on: str = "fail"
 
     def check(self) -> None:
         """Reject bad usage early, as a DifforgeError (exit 2) with one actionable sentence."""
@@ -67,6 +75,10 @@ class ValidateOptions:
         for img in self.images:
             _check_input_file(img, "--image", "give an image file")
         parse_reference(self.reference)
+        if self.floor is not None:
+            parse_reference(self.floor, flag="--floor")
+        if self.fail_on not in ("fail", "warn"):
+            raise InputError(f"--fail-on must be 'fail' or 'warn', not '{self.fail_on}'.")
         check_out_dir(self.out)
 
     def to_dict(self) -> dict[str, Any]:
@@ -112,7 +124,7 @@ def check_out_dir(out: str | Path) -> Path:
     return path
 
 
-def parse_reference(spec: str | None) -> tuple[str, str]:
+def parse_reference(spec: str | None, flag: str = "--reference") -> tuple[str, str]:
     """``cpu:float32`` / ``cuda:1:bfloat16`` / ``cpu`` -> (device, dtype); dtype defaults to float32.
 
     ``None`` means the default (``cpu:float32``); an empty string or an unknown dtype is an InputError.
@@ -121,21 +133,21 @@ def parse_reference(spec: str | None) -> tuple[str, str]:
         spec = "cpu:float32"
     text = str(spec).strip().lower()
     if not text:
-        raise InputError("--reference is empty; give a device and dtype, e.g. cpu:float32 or cuda:0:bfloat16.")
+        raise InputError(f"{flag} is empty; give a device and dtype, e.g. cpu:float32 or cuda:0:bfloat16.")
     head, sep, tail = text.rpartition(":")
     if not sep:
         device, dtype = text, "float32"
     elif not tail:
-        raise InputError(f"--reference '{spec}' ends with ':'; name a dtype after it, e.g. cpu:float32.")
+        raise InputError(f"{flag} '{spec}' ends with ':'; name a dtype after it, e.g. cpu:float32.")
     elif tail in DTYPES:
         device, dtype = head, dtype_name(DTYPES[tail])
     elif tail.isdigit():  # cuda:1, npu:0 (a device index, no dtype)
         device, dtype = text, "float32"
     else:
-        raise InputError(f"--reference '{spec}' names an unknown dtype '{tail}'; use float32, bfloat16 or float16, "
+        raise InputError(f"{flag} '{spec}' names an unknown dtype '{tail}'; use float32, bfloat16 or float16, "
                          "e.g. cpu:float32.")
     if not device:
-        raise InputError(f"--reference '{spec}' needs a device, e.g. cpu:float32 or cuda:0:bfloat16.")
+        raise InputError(f"{flag} '{spec}' needs a device, e.g. cpu:float32 or cuda:0:bfloat16.")
     return device, dtype
 
 
@@ -150,12 +162,18 @@ class ValidationResult:
     #: Everything the report shows (environment, adaptations, benchmark, gallery ...), JSON-ready.
     data: dict[str, Any] = field(default_factory=dict)
 
+    #: ``--fail-on``: "fail" (WARN exits 0) or "warn" (WARN exits 1 too).
+    fail_on: str = "fail"
+
     @property
     def exit_code(self) -> int:
-        """0 for PASS/WARN, 1 for FAIL (bad usage never gets here: it raises DifforgeError, exit 2)."""
+        """1 for FAIL (and for WARN under ``--fail-on warn``), else 0; bad usage never gets here: it
+        raises DifforgeError, exit 2."""
         from .verdict import Verdict
 
-        return 1 if self.verdict is Verdict.FAIL else 0
+        if self.verdict is Verdict.FAIL:
+            return 1
+        return 1 if (self.verdict is Verdict.WARN and self.fail_on == "warn") else 0
 
     def rung_verdicts(self) -> dict[str, str]:
         return {k: str(r.verdict) for k, r in self.rungs.items()}

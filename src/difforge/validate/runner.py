@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from PIL import Image
 from rich.console import Console
 
@@ -105,6 +106,12 @@ def _reproduce(options: ValidateOptions) -> list[str]:
     args += ["--rounds", str(options.rounds), "--warmup", str(options.warmup), "--seed", str(options.seed)]
     if options.quick:
         args.append("--quick")
+    if options.floor is not None:
+        args += ["--floor", options.floor]
+    if options.allow_self_compare:
+        args.append("--allow-self-compare")
+    if options.fail_on != "fail":
+        args += ["--fail-on", options.fail_on]
     args += ["--lang", options.lang, "--out", str(options.out)]
     return [shlex.join(args)]
 
@@ -186,6 +193,7 @@ class _Climb:
         self.cfg0: RunConfig = lad.dut_cfg()  # remade once the inputs are saved (their paths go in it)
         self.smoke_trace = StepTrace()
         self.smoke_images: list[Image.Image] = []
+        self.runs_images: list[list[Image.Image]] = []
 
     def run(self, t0: float) -> ValidationResult:
         lad = self.lad
@@ -196,7 +204,7 @@ class _Climb:
             lad.set_floor("none (the reference could not be loaded)",
                           f"the reference ({lad.ref_label}) could not be loaded: {self.ref.error}")
         elif self.dut.pipe is not None:
-            self.floor = lad.load_floor(lad.same_place)
+            self.floor = lad.load_floor(self.dut.pipe)
         self.prog.done(None, t0)
         # 2. smoke ------------------------------------------------------------------------------------
         if self.smoke().verdict is Verdict.FAIL:
@@ -207,6 +215,7 @@ class _Climb:
         self.benchmark()
         # 4. reference and floor runs (one per seed) ---------------------------------------------------------
         runs = self.reference_runs()
+        self.rungs["determinism"] = determinism_rung(self.runs_images, _floor_rmse(runs), lad.floor_label)
         # 5-8. accuracy ladder --------------------------------------------------------------------------------
         self.accuracy(runs)
         # 9. gallery ------------------------------------------------------------------------------------------
@@ -265,7 +274,7 @@ class _Climb:
                               len(self.smoke_trace.inputs))
 
         self.rungs["benchmark"] = _guard("benchmark", bench)
-        self.rungs["determinism"] = determinism_rung(runs_images)
+        self.runs_images = runs_images  # judged once the floor's runs say what precision costs
         self.prog.done(self.rungs["benchmark"], t0)
 
     def reference_runs(self) -> _RefRuns:
@@ -313,8 +322,6 @@ class _Climb:
                     floor_run = TrajectoryRun(fimgs, ftr)
                 except Exception as exc:  # the floor is lost, not the report
                     runs.floor_error = f"the floor run ({lad.floor_label}, seed {seed}) failed ({short_error(exc)})"
-            elif floor is None and lad.floor_is_dut:
-                floor_run = dut_run
             runs.traj.append((seed, dut_run, TrajectoryRun(rimgs, rtr), floor_run))
             runs.step_runs.append((cfg, rtr))
         if runs.floor_error is not None:  # one seed without a floor: judge every seed the same way
@@ -325,6 +332,7 @@ class _Climb:
         lad, prog, rungs = self.lad, self.prog, self.rungs
         dut = lad.probe(self.dut.pipe)
         ref = lad.probe(self.ref.pipe) if self.ref.pipe is not None else None
+        floor = lad.probe(self.floor) if self.floor is not None else None
         t0 = prog.start("operator rung")
         first = runs.step_runs[0][1].inputs[0] if runs.step_runs and runs.step_runs[0][1].inputs else None
         if first:
@@ -340,13 +348,12 @@ class _Climb:
         if ref is None:
             rungs["component"] = _not_run("component", f"the reference could not be loaded ({self.ref.error})")
         else:
-            rungs["component"] = _guard("component", lambda: component_rung(dut, ref, self.cfg0))
+            rungs["component"] = _guard("component", lambda: component_rung(dut, ref, self.cfg0, floor))
         prog.done(rungs["component"], t0)
         t0 = prog.start("teacher-forced step rung")
         if runs.error:
             rungs["step"] = _not_run("step", runs.error)
         else:
-            floor = dut if lad.floor_is_dut else (lad.probe(self.floor) if self.floor is not None else None)
             rungs["step"] = _guard("step", lambda: step_rung(dut, ref, runs.step_runs, floor))
         prog.done(rungs["step"], t0)
         t0 = prog.start("trajectory rung")
@@ -391,6 +398,8 @@ class _Climb:
         data["environment"] = fingerprint(lad.dut_backend, lad.ref_backend, config)
         data["reproduce"] = _reproduce(self.o)
         data["config"] = config
+        data["floor_label"] = lad.floor_label
+        data["self_comparison"] = lad.self_compare
         data["device_label"] = lad.dut_label
         data["reference_label"] = lad.ref_label
         data["images"] = [p.name for p in lad.files]
@@ -398,13 +407,23 @@ class _Climb:
             data = _retarget(data, str(lad.work), str(lad.out))
             for rung in ordered.values():
                 _retarget_rung(rung, str(lad.work), str(lad.out))
-        result = ValidationResult(verdict=verdict, rungs=ordered, out_dir=lad.out, data=data)
+        result = ValidationResult(verdict=verdict, rungs=ordered, out_dir=lad.out, data=data, fail_on=self.o.fail_on)
         work = lad.work
         paths = self.write_report(result, work, lang=self.o.lang, files=lad.files)
         lad.publish()
         result.report_paths = {k: lad.out / p.relative_to(work) for k, p in paths.items()}
         self.prog.done(None, t0, f"verdict {verdict}: {lad.out}")
         return result
+
+
+def _floor_rmse(runs: _RefRuns) -> float | None:
+    """The floor's image RMSE against the reference on the first seed (0-255 levels), None without one."""
+    for _seed, _dut, ref, floor in runs.traj[:1]:
+        if floor is not None and floor.images and ref.images and floor.images[0].size == ref.images[0].size:
+            a = np.asarray(floor.images[0].convert("RGB"), dtype=np.float64)
+            b = np.asarray(ref.images[0].convert("RGB"), dtype=np.float64)
+            return float(np.sqrt(np.mean((a - b) ** 2)))
+    return None
 
 
 def _retarget(obj: Any, old: str, new: str) -> Any:

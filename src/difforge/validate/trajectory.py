@@ -1,15 +1,12 @@
 """Trajectory rung: the full run from identical CPU-generated noise, judged against a noise floor.
 
-The floor is the reference device running at the *device's* dtype (with the reference op
-implementations): its distance from the float32 reference is what that precision alone costs on a
-trusted implementation.  A port is accepted when its own distance stays within the msprobe ratio
-(2x, warning up to 10x) of that floor — the rule msprobe applies to NPU-vs-GPU comparisons, with
-the reference device at the device's dtype standing in for the trusted second device.
-
-When the reference device refuses the device's dtype the runner builds the floor at the nearest
-dtype it supports (and says so).  When no floor exists at all nothing can be proven about precision:
-each image is then held to diffusers' absolute fp16-vs-fp32 bound (cosine distance < 0.05), which
-fails a broken image but passes a good one only as a WARN, never a PASS.
+The floor's distance from the float32 reference is what the device's dtype alone costs on a trusted
+implementation that shares none of the device's kernels (:mod:`.floor`: emulated on the reference's
+float32 kernels, or a second device given with ``--floor``).  A port is accepted when its own
+distance stays within the floor rule (ratio 2 PASS, 3 WARN, beyond FAIL; the rule msprobe applies to
+NPU-vs-GPU comparisons).  When no floor exists nothing can be proven about precision: each image is
+then held to diffusers' absolute fp16-vs-fp32 bound (cosine distance < 0.05), which fails a broken
+image but passes a good one only as a WARN, never a PASS.
 """
 
 from __future__ import annotations
@@ -23,7 +20,7 @@ from PIL import Image
 
 from .metrics import cosine, image_compare, latent_compare
 from .steps import StepTrace
-from .thresholds import FLOOR_MIN_RMSE_LEVELS, FLOOR_RATIO_PASS, FLOOR_RATIO_WARN, NO_FLOOR_COS_DIST
+from .thresholds import FLOOR_MIN_RMSE_LEVELS, NO_FLOOR_COS_DIST, RATIO_FAIL, RATIO_PASS
 from .verdict import Row, RungResult, Verdict
 
 LATENT_KEYS = ("latents", "tokens")
@@ -57,9 +54,9 @@ def per_step_divergence(dut: StepTrace, ref: StepTrace) -> list[dict[str, Any]]:
 def judge_ratio(ratio: float) -> Verdict:
     if ratio != ratio:
         return Verdict.FAIL
-    if ratio <= FLOOR_RATIO_PASS:
+    if ratio <= RATIO_PASS:
         return Verdict.PASS
-    return Verdict.WARN if ratio <= FLOOR_RATIO_WARN else Verdict.FAIL
+    return Verdict.WARN if ratio <= RATIO_FAIL else Verdict.FAIL
 
 
 def image_cos_distance(a: Image.Image, b: Image.Image) -> float:
@@ -93,7 +90,7 @@ def trajectory_rows(seed: int, dut: TrajectoryRun, ref: TrajectoryRun, floor: Tr
             row.add("floor_rmse_levels", f["rmse"])
             row.add("floor_psnr_db", f["psnr_db"])
             row.add("floor_ssim", f["ssim"])
-            row.add("rmse / floor", ratio, f"<= {FLOOR_RATIO_PASS:g} PASS, <= {FLOOR_RATIO_WARN:g} WARN",
+            row.add("rmse / floor", ratio, f"<= {RATIO_PASS:g} PASS, <= {RATIO_FAIL:g} WARN",
                     judge_ratio(ratio), "difforge-floor")
         else:
             dist = image_cos_distance(a, b)

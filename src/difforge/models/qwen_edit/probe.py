@@ -112,6 +112,11 @@ class QwenEditProbe:
         velocity = qe.denoiser(cfg).velocity(p, latents, t, cfg.true_cfg)
         return {"noise_pred": upcast(velocity).clone()}
 
+    def modules(self) -> dict[str, nn.Module]:
+        pipe = self.pipeline.pipe
+        return {name: getattr(pipe, name) for name in ("text_encoder", "transformer", "vae")
+                if isinstance(getattr(pipe, name, None), nn.Module)}
+
     def transformer_blocks(self) -> list[tuple[str, nn.Module]]:
         return [(f"transformer_blocks.{i}", block) for i, block in
                 enumerate(self.pipeline.pipe.transformer.transformer_blocks)]

@@ -172,6 +172,9 @@ class URSAProbe:
         new = pipe.scheduler.step(z, i, steps, x, pipe.backend.generator(step_seed(cfg.seed, i)))
         return {"logits": logits, "tokens": new.cpu()}
 
+    def modules(self) -> dict[str, nn.Module]:
+        return {"transformer": self.pipeline.transformer, "vae": self.pipeline.vae}
+
     def transformer_blocks(self) -> list[tuple[str, nn.Module]]:
         model = self.pipeline.transformer
         blocks: list[tuple[str, nn.Module]] = [("model.embed_tokens", model.model.embed_tokens)]
