@@ -93,5 +93,18 @@ def moved(t: Tensor, device: torch.device, dtype: torch.dtype) -> Tensor:
     return t.detach().to(device=device, dtype=dtype if t.is_floating_point() else t.dtype)
 
 
+def rounded(t: Tensor, dtype: torch.dtype) -> Tensor:
+    """``t`` as float32 on the CPU after a round trip through ``dtype`` (ids and ints untouched)."""
+    t = t.detach().to("cpu")
+    return t.to(dtype).to(torch.float32) if t.is_floating_point() else t
+
+
+def emulated(fn: Any, dtype: torch.dtype, *args: Any) -> Tensor:
+    """An op's floor without the device's kernels: the float32 CPU kernel on inputs rounded to ``dtype``,
+    the output rounded to ``dtype`` (a bf16/fp16 kernel on the same device would share a broken kernel)."""
+    out = fn(*(rounded(a, dtype) if isinstance(a, Tensor) else a for a in args))
+    return rounded(out, dtype)
+
+
 def shapes(*ts: Tensor) -> str:
     return ", ".join("x".join(str(s) for s in t.shape) for t in ts)

@@ -24,7 +24,7 @@ from ...config import RunConfig
 from ...errors import InputError
 from ...ops import OpSet, plain_ops
 from ..families import URSA
-from ..probing import OpCase, detach, moved, shapes, upcast
+from ..probing import OpCase, detach, emulated, shapes, upcast
 from .call import cpu_copy
 from .pipeline import URSAPipeline
 from .rope import positions
@@ -228,7 +228,8 @@ class URSAProbe:
     def operator_cases(self, ref_device: torch.device, cfg: RunConfig, inputs: dict[str, Tensor],
                        adaptations: Sequence[Any]) -> list[OpCase]:
         """The ops of step 0 on ``inputs`` (captured from the transformer's OpSet), each with its fp32 CPU
-        reference and its floor (the portable op at the device's dtype on ``ref_device``).
+        reference and its floor (the portable op emulated at the device's dtype on float32 CPU kernels,
+        :func:`~difforge.models.probing.emulated`, so it never shares the device's kernels).
 
         The op choices come from the OpSet itself, so ``adaptations`` is not needed here.
         """
@@ -246,7 +247,7 @@ class URSAProbe:
         dt = self.dtype
 
         def floor_of(fn: Any, *args: Any) -> Tensor:
-            return fn(*(moved(a, ref_device, dt) if isinstance(a, Tensor) else a for a in args))
+            return emulated(fn, dt, *args)
 
         def up_args(args: tuple) -> tuple:
             return tuple(upcast(a) if isinstance(a, Tensor) else a for a in args)
@@ -269,8 +270,7 @@ class URSAProbe:
             (q,), q_rot = calls["rotary"][0]
             (cos, sin), _ = calls["rope_table"][0]
             ref = plain.rotary(upcast(q), plain.rope_table(upcast(cos), upcast(sin)))
-            flo = plain.rotary(moved(q, ref_device, dt),
-                               plain.rope_table(moved(cos, ref_device, dt), moved(sin, ref_device, dt)))
+            flo = emulated(lambda qq, cc, ss: plain.rotary(qq, plain.rope_table(cc, ss)), dt, q, cos, sin)
             layout, ref, flo = _match_layout(upcast(q_rot), ref, flo)
             cases.append(OpCase("rotary", *impl("rotary"), shapes(q), upcast(q_rot), ref, flo,
                                 note=f"output layout {layout} (the reference is compared in the same layout)"))
