@@ -1,21 +1,29 @@
-"""Operator rung: every op the port runs, on the real inputs it sees, against float32 on the CPU.
+"""Operator rung: every op type the port runs, on the real inputs it sees, against float32 on the CPU.
 
-The inputs are captured from one teacher-forced step of the device under test (so shapes and value
-ranges are the model's own, not synthetic), upcast to float32 and replayed through the portable
-reference implementation on the CPU.  Each op is judged by msprobe's pre-check decision tree.  In
-bf16/fp16 the dual-N shares fail on output rounding alone, so a dual-N miss is settled by msprobe's
-new-standard ratios (RMSE <= 2x, max relative error <= 10x, small-value errors <= 2x) against the
-same reference implementation run at the device's dtype on the reference device (what the dtype
-alone costs); NaN/Inf on the device only and cosine <= 0.99 always fail.
+Two sources of cases, judged the same way:
 
-Capturing is the family probe's job (:meth:`difforge.models.probing.Probe.operator_cases`: URSA wraps
-its transformer's :class:`~difforge.ops.OpSet`, Qwen-Image-Edit hooks diffusers modules); this module
-only judges the cases it returns, the same way for every family.
+* **traced** (:mod:`.tracing`): every call of a fixed table of torch functions (linear, matmul,
+  convolutions, layer/group/RMS norm, normalize, the activations, softmax, attention, embedding,
+  interpolation) made while the device under test runs step 0 teacher-forced on the reference's
+  recorded inputs, then each component the probe runs alone (text encoder, transformer, VAE ...).
+  A bounded sample of calls per op type and component is replayed from CPU copies of its inputs:
+  the reference is the same function in float32 on the CPU, the floor an emulated low-precision run
+  (float32 CPU kernel, inputs and output rounded to the dtype the op ran at), so the floor never uses
+  the device's low-precision kernels.  One row per op type: its worst call, with where it ran.
+* **the probe's own cases** (:meth:`difforge.models.probing.Probe.operator_cases`): fused kernels a
+  torch-function trace cannot see (a ``torch_npu`` RMSNorm, a fused rotary, a whole attention block),
+  with the probe's reference and floor.
+
+Each case is judged by msprobe's pre-check decision tree.  In bf16/fp16 the dual-N shares fail on
+output rounding alone, so a dual-N miss is settled by msprobe's new-standard ratios (RMSE <= 2x, max
+relative error <= 10x, small-value errors <= 2x) against the floor (what the dtype alone costs);
+NaN/Inf on the device only and cosine <= 0.99 always fail.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -23,8 +31,9 @@ import torch
 from ..config import RunConfig
 from ..devices import dtype_name
 from ..models.probing import OpCase
-from .metrics import op_compare
+from .metrics import op_compare, tensor_compare
 from .thresholds import OP_COSINE, OP_MAX_ABS, dual_rule
+from .tracing import CAPS, Call, Caps, Capture, probe_captures, replay
 from .verdict import Row, RungResult, Verdict
 
 RMSE_RATIO = 2.0
@@ -84,18 +93,117 @@ def _ratio(a: float, b: float) -> float:
     return a / b
 
 
+# ---- traced op types --------------------------------------------------------------------------------
+_SEVERITY = {Verdict.SKIP: -1, Verdict.PASS: 0, Verdict.WARN: 1, Verdict.FAIL: 2}
+
+
+@dataclass
+class _Judged:
+    """One replayed call, judged (its inputs already freed: only where it ran is kept)."""
+
+    component: str
+    op: str
+    index: int
+    where: str
+    how: str
+    dtype: torch.dtype
+    row: Row
+    ratio: float  # rel-L2 error over the floor's (how many times what the dtype explains)
+
+    def key(self) -> tuple[int, float]:
+        return _SEVERITY[self.row.verdict], self.ratio
+
+
+def _judge_call(component: str, call: Call) -> _Judged:
+    ref, floor = replay(call)
+    dut = call.out.float().reshape(ref.shape)
+    case = OpCase(call.op, f"{call.func} (traced)", True, call.shape, dut, ref, floor)
+    row = judge(case, call.dtype)
+    row.settle()
+    ratio = _ratio(tensor_compare(dut, ref)["rel_l2"], tensor_compare(floor, ref)["rel_l2"])
+    return _Judged(component, call.op, call.index, call.where, call.how, call.dtype, row, ratio)
+
+
+def _op_row(judged: list[_Judged], ran: int, subject: str) -> Row:
+    """The op type's worst judged call as its row, saying which call it was and where it ran."""
+    w = max(judged, key=_Judged.key)
+    row = w.row
+    row.subject = subject
+    row.note = (f"worst of {len(judged)} judged calls ({ran} ran): {w.component}, call #{w.index} of {w.op}"
+                f"{f' in {w.where}' if w.where else ''}; kept {w.how}")
+    row.add("where", f"{w.component}: {w.where or '-'} (call #{w.index})")
+    row.add("dtype", dtype_name(w.dtype))
+    row.add("rel-L2 / floor", w.ratio)
+    row.add("calls judged", len(judged))
+    return row
+
+
+def _unjudged_row(ran: int, why: list[str], subject: str) -> Row:
+    """An op type that ran but none of whose calls could be kept: a coverage gap, not a pass."""
+    row = Row(subject, note="; ".join(why[:3]))
+    row.add("calls judged", 0, "> 0", Verdict.WARN)
+    row.add("calls", ran)
+    return row
+
+
+def traced_rows(dut: Any, cfg: RunConfig, inputs: dict[str, torch.Tensor], taken: set[str] | None = None,
+                caps: Caps = CAPS) -> tuple[list[Row], dict[str, Any]]:
+    """One row per traced op type (its worst call over every component) and what each component ran.
+
+    ``taken`` are subjects already used (the probe's cases): a traced op type of the same name is
+    reported as ``"<op> (traced)"``.  Captures are replayed and freed one component at a time.
+    """
+    judged: dict[str, list[_Judged]] = {}
+    ran: dict[str, int] = {}
+    why: dict[str, list[str]] = {}
+    components: dict[str, Any] = {}
+    for cap in probe_captures(dut, cfg, inputs, caps):
+        components[cap.component] = _component_data(cap)
+        for op, n in cap.seen.items():
+            ran[op] = ran.get(op, 0) + n
+        for op, reasons in cap.skipped.items():
+            why.setdefault(op, []).extend(f"{cap.component} {r}" for r in reasons)
+        for op, calls in cap.calls.items():
+            judged.setdefault(op, []).extend(_judge_call(cap.component, c) for c in calls)
+        del cap
+    rows = []
+    for op in ran:
+        subject = f"{op} (traced)" if op in (taken or set()) else op
+        rows.append(_op_row(judged[op], ran[op], subject) if judged.get(op)
+                    else _unjudged_row(ran[op], why.get(op, []), subject))
+    data = {
+        "op_types": list(ran),
+        "components": components,
+        "caps": {"calls_per_op_and_component": caps.calls, "first": caps.first, "spread": caps.spread,
+                 "bytes_per_call": caps.call_bytes, "bytes_per_op_and_component": caps.op_bytes,
+                 "output_elements_per_call": caps.outputs},
+        "worst": {op: {"component": w.component, "call": w.index, "where": w.where, "verdict": str(w.row.verdict)}
+                  for op, js in judged.items() if js for w in [max(js, key=_Judged.key)]},
+    }
+    return rows, data
+
+
+def _component_data(cap: Capture) -> dict[str, Any]:
+    kept = cap.kept_bytes()
+    return {op: {"calls": n, "judged": len(cap.calls.get(op, [])), "kept_bytes": kept.get(op, 0),
+                 "skipped": len(cap.skipped.get(op, []))} for op, n in cap.seen.items()}
+
+
 @torch.inference_mode()
 def operator_rung(dut: Any, ref_device: torch.device, cfg: RunConfig, inputs: dict[str, torch.Tensor],
                   adaptations: list[Any] | None = None) -> RungResult:
-    """Capture the device's ops on step 0 of the reference trajectory (``dut`` is the device's probe)
-    and judge each one."""
+    """Judge every op type the device runs (traced on step 0 and each component) and the probe's own
+    operator cases (``dut`` is the device's probe; ``inputs`` step 0's recorded inputs)."""
     cases = dut.operator_cases(ref_device, cfg, inputs, list(adaptations or []))
-    if not cases:
-        return RungResult("operator", Verdict.SKIP, "no op calls captured")
     rows = [judge(c, dut.dtype) for c in cases]
+    traced, traced_data = traced_rows(dut, cfg, inputs, {r.subject for r in rows})
+    rows += traced
+    if not rows:
+        return RungResult("operator", Verdict.SKIP, "no op calls captured")
     result = RungResult.from_rows("operator", rows)
     bad = [r.subject for r in rows if r.verdict is not Verdict.PASS]
-    result.summary = (f"{len(rows)} ops within msprobe thresholds" if not bad
+    result.summary = (f"{len(cases)} probe ops and {len(traced)} traced op types within msprobe thresholds" if not bad
                       else f"{result.verdict}: " + ", ".join(bad))
-    result.data = {"ops": [{"op": c.op, "impl": c.impl, "exact": c.exact, "shape": c.shape} for c in cases]}
+    result.data = {"ops": [{"op": c.op, "impl": c.impl, "exact": c.exact, "shape": c.shape} for c in cases],
+                   "traced": traced_data}
     return result
