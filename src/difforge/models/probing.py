@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Protocol
 
 import torch
 from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
 
 from ..config import RunConfig
 
@@ -99,11 +100,76 @@ def rounded(t: Tensor, dtype: torch.dtype) -> Tensor:
     return t.to(dtype).to(torch.float32) if t.is_floating_point() else t
 
 
+class LowPrecisionOnFloat32(TorchFunctionMode):
+    """Run an op with ``dtype`` semantics on float32 kernels: every torch call whose floating tensor
+    inputs are all ``dtype`` computes in float32 and rounds its result to ``dtype``; calls that mix in
+    float32 (an op's deliberate float32 statistics) compute and stay in float32; dtype conversions run
+    as they are.  So each intermediate is rounded exactly where a ``dtype`` kernel would round it, but
+    no ``dtype`` kernel runs - the floor a broken bf16/fp16 kernel cannot share."""
+
+    CONVERSIONS = frozenset({torch.Tensor.to, torch.Tensor.float, torch.Tensor.double, torch.Tensor.half,
+                             torch.Tensor.bfloat16, torch.Tensor.type, torch.Tensor.type_as})
+
+    #: Calls that compute nothing (attribute reads, indexing, copies into place, Python protocol hooks).
+    AS_THEY_ARE = frozenset({"__get__", "__set__", "__getitem__", "__setitem__", "__repr__", "__format__",
+                             "__len__", "__bool__", "__index__", "__int__", "__float__", "__iter__", "__hash__",
+                             "copy_", "size", "dim", "numel", "is_floating_point", "element_size", "stride"})
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.dtype = dtype
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if func in self.CONVERSIONS or name in self.AS_THEY_ARE:
+            return func(*args, **kwargs)  # conversions, attribute reads (``t.dtype``), indexing: exact
+        floats = [t for t in _tensors((args, kwargs)) if t.is_floating_point()]
+        if not floats or any(t.dtype != self.dtype for t in floats):
+            return func(*args, **kwargs)
+        out = func(*_map(args, _up), **_map(kwargs, _up))
+        out = _map(out, lambda t: t.to(self.dtype) if t.is_floating_point() else t)
+        if name.endswith("_") and args and isinstance(args[0], Tensor):  # in place: write into the original
+            args[0].copy_(out)
+            return args[0]
+        return out
+
+
+def _tensors(obj: Any) -> list[Tensor]:
+    if isinstance(obj, Tensor):
+        return [obj]
+    if isinstance(obj, list | tuple):
+        return [t for x in obj for t in _tensors(x)]
+    if isinstance(obj, dict):
+        return [t for x in obj.values() for t in _tensors(x)]
+    return []
+
+
+def _map(obj: Any, fn: Any) -> Any:
+    if isinstance(obj, Tensor):
+        return fn(obj)
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*(_map(x, fn) for x in obj))
+    if isinstance(obj, list | tuple):
+        return type(obj)(_map(x, fn) for x in obj)
+    if isinstance(obj, dict):
+        return {k: _map(v, fn) for k, v in obj.items()}
+    return obj
+
+
+def _up(t: Tensor) -> Tensor:
+    return t.float() if t.is_floating_point() else t
+
+
 def emulated(fn: Any, dtype: torch.dtype, *args: Any) -> Tensor:
-    """An op's floor without the device's kernels: the float32 CPU kernel on inputs rounded to ``dtype``,
-    the output rounded to ``dtype`` (a bf16/fp16 kernel on the same device would share a broken kernel)."""
-    out = fn(*(rounded(a, dtype) if isinstance(a, Tensor) else a for a in args))
-    return rounded(out, dtype)
+    """An op's floor without the device's kernels: ``fn`` on CPU copies of its inputs in ``dtype``, run
+    under :class:`LowPrecisionOnFloat32` (float32 kernels, every intermediate rounded where a ``dtype``
+    kernel rounds it); returned as float32."""
+    low = [a.detach().to("cpu", dtype) if isinstance(a, Tensor) and a.is_floating_point()
+           else (a.detach().to("cpu") if isinstance(a, Tensor) else a) for a in args]
+    with LowPrecisionOnFloat32(dtype):
+        out = fn(*low)
+    return out.detach().to(torch.float32)
 
 
 def shapes(*ts: Tensor) -> str:
