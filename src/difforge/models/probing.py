@@ -8,6 +8,7 @@ many FLOPs a step costs, and where each operator is captured from a real forward
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
@@ -127,8 +128,8 @@ class LowPrecisionOnFloat32(TorchFunctionMode):
         floats = [t for t in _tensors((args, kwargs)) if t.is_floating_point()]
         if not floats or any(t.dtype != self.dtype for t in floats):
             return func(*args, **kwargs)
-        out = func(*_map(args, _up), **_map(kwargs, _up))
-        out = _map(out, lambda t: t.to(self.dtype) if t.is_floating_point() else t)
+        out = func(*map_tensors(args, _up), **map_tensors(kwargs, _up))
+        out = map_tensors(out, lambda t: t.to(self.dtype) if t.is_floating_point() else t)
         if name.endswith("_") and args and isinstance(args[0], Tensor):  # in place: write into the original
             args[0].copy_(out)
             return args[0]
@@ -145,15 +146,21 @@ def _tensors(obj: Any) -> list[Tensor]:
     return []
 
 
-def _map(obj: Any, fn: Any) -> Any:
+def map_tensors(obj: Any, fn: Any) -> Any:
+    """``obj`` with ``fn`` applied to every tensor in it (tuples, lists, dicts; a diffusers/transformers
+    ModelOutput is updated in place so its attribute access survives)."""
     if isinstance(obj, Tensor):
         return fn(obj)
+    if hasattr(obj, "to_tuple") and hasattr(obj, "keys"):
+        for key in list(obj.keys()):
+            obj[key] = map_tensors(obj[key], fn)
+        return obj
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-        return type(obj)(*(_map(x, fn) for x in obj))
+        return type(obj)(*(map_tensors(x, fn) for x in obj))
     if isinstance(obj, list | tuple):
-        return type(obj)(_map(x, fn) for x in obj)
+        return type(obj)(map_tensors(x, fn) for x in obj)
     if isinstance(obj, dict):
-        return {k: _map(v, fn) for k, v in obj.items()}
+        return {k: map_tensors(v, fn) for k, v in obj.items()}
     return obj
 
 
@@ -170,6 +177,17 @@ def emulated(fn: Any, dtype: torch.dtype, *args: Any) -> Tensor:
     with LowPrecisionOnFloat32(dtype):
         out = fn(*low)
     return out.detach().to(torch.float32)
+
+
+def cosine(a: Tensor, b: Tensor) -> float:
+    """Cosine similarity of the flattened tensors in float64; 1.0 when both are all-zero."""
+    x, y = a.detach().to("cpu", torch.float64).reshape(-1), b.detach().to("cpu", torch.float64).reshape(-1)
+    nx, ny = float(x.norm()), float(y.norm())
+    if nx == 0.0 and ny == 0.0:
+        return 1.0
+    if nx == 0.0 or ny == 0.0 or not (math.isfinite(nx) and math.isfinite(ny)):
+        return 0.0 if math.isfinite(nx) and math.isfinite(ny) else float("nan")
+    return float(torch.dot(x, y) / (nx * ny))
 
 
 def shapes(*ts: Tensor) -> str:

@@ -22,6 +22,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..models.probing import map_tensors
+
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
@@ -39,21 +41,8 @@ def module_dtypes(root: nn.Module, default: torch.dtype) -> dict[str, torch.dtyp
 
 def _round(value: Any, dtype: torch.dtype) -> Any:
     """``value`` with every float32/float64 tensor in it rounded to ``dtype`` (and kept in its own dtype)."""
-    if isinstance(value, torch.Tensor):
-        if value.is_floating_point() and value.dtype not in LOW_PRECISION:
-            return value.to(dtype).to(value.dtype)
-        return value
-    if hasattr(value, "to_tuple") and hasattr(value, "keys"):  # diffusers / transformers ModelOutput: in place
-        for key in list(value.keys()):
-            value[key] = _round(value[key], dtype)
-        return value
-    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple keeps its type
-        return type(value)(*(_round(v, dtype) for v in value))
-    if isinstance(value, list | tuple):
-        return type(value)(_round(v, dtype) for v in value)
-    if isinstance(value, dict):
-        return {k: _round(v, dtype) for k, v in value.items()}
-    return value
+    return map_tensors(value, lambda t: t.to(dtype).to(t.dtype)
+                       if t.is_floating_point() and t.dtype not in LOW_PRECISION else t)
 
 
 class EmulatedPrecision:

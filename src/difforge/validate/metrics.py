@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from ..models.probing import cosine
 from .thresholds import DualRule
 
 
@@ -23,17 +24,6 @@ def _f64(t: torch.Tensor) -> torch.Tensor:
 def nonfinite(t: torch.Tensor) -> int:
     """Number of NaN/Inf elements."""
     return int((~torch.isfinite(t.detach().float())).sum()) if t.is_floating_point() else 0
-
-
-def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
-    """Cosine similarity of the flattened tensors; 1.0 when both are all-zero."""
-    x, y = _f64(a), _f64(b)
-    nx, ny = float(x.norm()), float(y.norm())
-    if nx == 0.0 and ny == 0.0:
-        return 1.0
-    if nx == 0.0 or ny == 0.0 or not (math.isfinite(nx) and math.isfinite(ny)):
-        return 0.0 if math.isfinite(nx) and math.isfinite(ny) else float("nan")
-    return float(torch.dot(x, y) / (nx * ny))
 
 
 def tensor_compare(dut: torch.Tensor, ref: torch.Tensor) -> dict[str, Any]:

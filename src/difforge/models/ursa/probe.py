@@ -24,7 +24,7 @@ from ...config import RunConfig
 from ...errors import InputError
 from ...ops import OpSet, plain_ops
 from ..families import URSA
-from ..probing import OpCase, detach, emulated, moved, shapes, upcast
+from ..probing import OpCase, cosine, detach, emulated, moved, shapes, upcast
 from .call import cpu_copy
 from .pipeline import URSAPipeline
 from .rope import positions
@@ -50,23 +50,12 @@ def _rotate_half_layout(t: Tensor) -> Tensor:
     return torch.cat((t[..., 0::2], t[..., 1::2]), dim=-1)
 
 
-def _cosine(a: Tensor, b: Tensor) -> float:
-    """Cosine similarity of the flattened tensors in float64; 1.0 when both are all-zero."""
-    x, y = a.detach().to("cpu", torch.float64).reshape(-1), b.detach().to("cpu", torch.float64).reshape(-1)
-    nx, ny = float(x.norm()), float(y.norm())
-    if nx == 0.0 and ny == 0.0:
-        return 1.0
-    if nx == 0.0 or ny == 0.0 or not (math.isfinite(nx) and math.isfinite(ny)):
-        return 0.0 if math.isfinite(nx) and math.isfinite(ny) else float("nan")
-    return float(torch.dot(x, y) / (nx * ny))
-
-
 def _match_layout(dut: Tensor, ref: Tensor, floor: Tensor) -> tuple[str, Tensor, Tensor]:
     """Fused rotary kernels may return the rotate-half layout (same attention, permuted head dim).
     Compare in whichever of the two layouts the device output is closer to; a wrong pairing is far
     from both."""
     half = _rotate_half_layout(ref)
-    if _cosine(dut, half) > _cosine(dut, ref):
+    if cosine(dut, half) > cosine(dut, ref):
         return "rotate-half", half, _rotate_half_layout(floor)
     return "interleaved", ref, floor
 
