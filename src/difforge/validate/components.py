@@ -1,5 +1,6 @@
-"""Component rung: each component (text encoder, one transformer forward, VAE encode/decode) run
-on identical inputs on both sides, compared by cosine, relative L2 and max abs (AWS NxDI style)."""
+"""Component rung: each component (text encoder, one transformer forward, VAE encode/decode) run on
+identical inputs on the device, the reference and the floor, judged by the floor rule
+(:func:`judge_floor`, used by the step rung too)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from .metrics import tensor_compare
 from .thresholds import (
     ABS_COS_FAIL,
     COMPONENT_COS_PASS,
-    COMPONENT_COS_WARN,
     MIN_FLOOR_REL,
     RATIO_FAIL,
     RATIO_PASS,
@@ -44,28 +44,6 @@ def judge_floor(cos: float, rel: float, floor_rel: float | None) -> tuple[Verdic
     if ratio <= RATIO_FAIL:
         return Verdict.WARN, f"rel-L2 {ratio:.2f}x the floor's, in ({RATIO_PASS:g}, {RATIO_FAIL:g}]"
     return Verdict.FAIL, f"rel-L2 {ratio:.2f}x the floor's > {RATIO_FAIL:g}"
-
-
-def judge_cosine(cos: float, pass_at: float = COMPONENT_COS_PASS, warn_at: float = COMPONENT_COS_WARN) -> Verdict:
-    if cos != cos:  # NaN
-        return Verdict.FAIL
-    if cos >= pass_at:
-        return Verdict.PASS
-    return Verdict.WARN if cos >= warn_at else Verdict.FAIL
-
-
-def compare_row(subject: str, dut: Any, ref: Any, cos_source: str = "aws-nxdi") -> Row:
-    """One row of cosine / rel-L2 / max-abs with the component thresholds."""
-    m = tensor_compare(dut, ref)
-    row = Row(subject)
-    row.add("cosine", m["cosine"], f">= {COMPONENT_COS_PASS} PASS, >= {COMPONENT_COS_WARN} WARN",
-            judge_cosine(m["cosine"]), cos_source)
-    row.add("rel_l2", m["rel_l2"])
-    row.add("max_abs", m["max_abs"])
-    bad = m["nonfinite_dut"] - m["nonfinite_ref"]
-    row.add("nonfinite_only_device", max(0, bad), "= 0", Verdict.PASS if bad <= 0 else Verdict.FAIL, "msprobe-nan")
-    row.add("shape", "x".join(str(s) for s in ref.shape))
-    return row
 
 
 def floor_row(subject: str, dut: Any, ref: Any, floor: Any | None) -> Row:

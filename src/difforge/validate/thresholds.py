@@ -104,9 +104,6 @@ def dual_rule(dtype: torch.dtype) -> DualRule:
 
 # ---- component and teacher-forced step rungs -------------------------------------------------------
 COMPONENT_COS_PASS = 0.999  # AWS NxDI per-component gate
-COMPONENT_COS_WARN = 0.99  # msprobe / CANN cosine acceptance
-STEP_COS_PASS = COMPONENT_COS_PASS
-STEP_COS_WARN = COMPONENT_COS_WARN
 #: A block is "divergent" when its output cosine against the reference falls below this.
 BLOCK_COS_DIVERGE = COMPONENT_COS_PASS
 
