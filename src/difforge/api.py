@@ -16,7 +16,7 @@ from typing import Any
 from PIL import Image
 
 from . import engine
-from .config import RunConfig
+from .config import RunConfig, check_transformer_file
 from .devices import get_backend
 from .engine import RunResult, run_pipeline, save_images
 from .errors import InputError
@@ -90,15 +90,37 @@ def validate(**options: Any) -> Any:
     return run_validation(ValidateOptions(**options), write_report)
 
 
+def golden(**options: Any) -> Any:
+    """Compute a golden bundle (the reference and floor a later ``validate(golden=...)`` compares against).
+
+    ``options`` are :class:`~difforge.validate.ValidateOptions` fields; ``out`` is the bundle folder.
+    """
+    import sys
+
+    from rich.console import Console
+
+    from .validate import ValidateOptions
+    from .validate.golden import make_golden
+
+    opts = ValidateOptions(**{"device": _reference_device(options.get("reference")), **options})
+    console = None if opts.quiet else Console(file=sys.stderr)
+    return make_golden(opts, log=(lambda msg: console.print(msg, highlight=False)) if console else None)
+
+
+def _reference_device(reference: str | None) -> str:
+    """The device part of ``--reference`` (where golden reads the device-under-test's dtype plan)."""
+    from .validate import parse_reference
+
+    return parse_reference(reference)[0]
+
+
 def _config(**fields: Any) -> RunConfig:
     known = {f.name for f in dataclasses.fields(RunConfig)}
     unknown = sorted(set(fields) - known)
     if unknown:
         raise InputError(f"Unknown option(s): {', '.join(unknown)}.")
     cfg = RunConfig(**fields)  # RunConfig.validate(): steps, seed, guidance, offload plan, prompts
-    if cfg.transformer_file and not Path(cfg.transformer_file).is_file():
-        kind = "is a folder" if Path(cfg.transformer_file).is_dir() else "does not exist"
-        raise InputError(f"--transformer {cfg.transformer_file} {kind}; give a .safetensors file.")
+    check_transformer_file(cfg.transformer_file)
     return cfg
 
 
@@ -107,6 +129,7 @@ __all__ = [
     "edit",
     "environment_fingerprint",
     "generate",
+    "golden",
     "load_images",
     "load_pipeline",
     "run_pipeline",

@@ -206,9 +206,29 @@ def validate(
         "--allow-self-compare", help="Allow device == reference (same dtype); the report says it is not a port test.")
     ] = False,
     fail_on: Annotated[str, typer.Option(help="Exit 1 on 'fail' (default) or also on 'warn'.")] = "fail",
+    transformer: Annotated[
+        Path | None, typer.Option(help="Transformer-only safetensors (e.g. an FP8 re-pack) replacing the folder's.")
+    ] = None,
+    use_compile: Annotated[bool, typer.Option("--compile", help="torch.compile the repeated blocks (torchair on NPU).")] = False,
+    fast: Annotated[list[str] | None, typer.Option(help="Opt-in approximate optimisation (repeatable).")] = None,
+    disable: Annotated[list[str] | None, typer.Option(help="Switch off an exact optimisation (repeatable).")] = None,
+    offload: Offload = "none",
+    vae_tiling: Annotated[bool, typer.Option(help="Tile the VAE for large images.")] = False,
+    num_frames: Annotated[int | None, typer.Option(help="Frames (video models).")] = None,
+    guidance: Annotated[float | None, typer.Option(help="Classifier-free guidance scale.")] = None,
+    guidance_trunc: Annotated[float | None, typer.Option(help="Guidance off once t >= this.")] = None,
+    true_cfg: Annotated[float | None, typer.Option(help="True classifier-free guidance scale.")] = None,
+    negative_prompt: Annotated[str | None, typer.Option(help="Negative prompt.")] = None,
+    golden: Annotated[Path | None, typer.Option(
+        help="A golden bundle (difforge golden --out): read the reference and floor from it instead of computing "
+             "them here.")] = None,
     quiet: Quiet = False,
 ) -> None:
-    """Run the acceptance ladder against a reference and write the port report."""
+    """Run the acceptance ladder against a reference and write the port report.
+
+    --transformer, guidance, --negative-prompt and --num-frames apply to every side (the reference loads
+    the same weights); --compile, --fast, --disable, --offload and --vae-tiling to the device under test only.
+    """
     from . import api
 
     result = api.validate(
@@ -230,12 +250,68 @@ def validate(
         floor=floor,
         allow_self_compare=allow_self_compare,
         fail_on=fail_on,
+        transformer=str(transformer) if transformer else None,
+        compile=use_compile,
+        fast=fast or [],
+        disable=disable or [],
+        offload=offload,
+        vae_tiling=vae_tiling,
+        num_frames=num_frames,
+        guidance=guidance,
+        guidance_trunc=guidance_trunc,
+        true_cfg=true_cfg,
+        negative_prompt=negative_prompt,
+        golden=str(golden) if golden else None,
         quiet=quiet,
     )
     for name, path in result.report_paths.items():
         typer.echo(f"{name}: {path}")
     typer.echo(f"verdict: {result.verdict}")
     raise typer.Exit(result.exit_code)
+
+
+@app.command()
+@friendly_errors
+def golden(
+    out: Annotated[Path, typer.Option("--out", help="Bundle folder (new, empty, or a previous bundle).")],
+    model: Model = "tiny-ursa",
+    dtype: Annotated[str, typer.Option(help="The dtype the device under test will run: bfloat16, float16 ...")] = (
+        "bfloat16"),
+    reference: Annotated[str, typer.Option(help="Reference as device:dtype.")] = "cpu:float32",
+    floor: Annotated[str | None, typer.Option(
+        help="A second real device as the noise floor, device[:dtype] (default: emulated on the reference).")] = None,
+    image: Annotated[list[Path] | None, typer.Option("--image", "-i", help="Input image(s) for edit models.")] = None,
+    prompts: Annotated[Path | None, typer.Option(help="File with one prompt per line for the gallery.")] = None,
+    steps: Annotated[int | None, typer.Option(help="Denoising steps.")] = None,
+    height: Annotated[int | None, typer.Option()] = None,
+    width: Annotated[int | None, typer.Option()] = None,
+    seed: Seed = 0,
+    quick: Annotated[bool, typer.Option(help="The settings of validate --quick.")] = False,
+    transformer: Annotated[
+        Path | None, typer.Option(help="Transformer-only safetensors (e.g. an FP8 re-pack) replacing the folder's.")
+    ] = None,
+    num_frames: Annotated[int | None, typer.Option(help="Frames (video models).")] = None,
+    guidance: Annotated[float | None, typer.Option(help="Classifier-free guidance scale.")] = None,
+    guidance_trunc: Annotated[float | None, typer.Option(help="Guidance off once t >= this.")] = None,
+    true_cfg: Annotated[float | None, typer.Option(help="True classifier-free guidance scale.")] = None,
+    negative_prompt: Annotated[str | None, typer.Option(help="Negative prompt.")] = None,
+    quiet: Quiet = False,
+) -> None:
+    """Compute the reference and floor once (any machine) into a bundle that validate --golden compares against.
+
+    Give the same settings to 'difforge validate --golden OUT' (steps, size, seed, --quick, guidance ...);
+    validate refuses a bundle made from other weights, inputs or settings.
+    """
+    from . import api
+
+    result = api.golden(
+        model=model, dtype=dtype, reference=reference, floor=floor, images=[str(p) for p in image or []],
+        prompts=str(prompts) if prompts else None, steps=steps, height=height, width=width, seed=seed, quick=quick,
+        transformer=str(transformer) if transformer else None, num_frames=num_frames, guidance=guidance,
+        guidance_trunc=guidance_trunc, true_cfg=true_cfg, negative_prompt=negative_prompt, out=str(out), quiet=quiet,
+    )
+    size = result.manifest.get("bytes", 0) / (1 << 20)
+    typer.echo(f"golden: {result.out} ({size:.1f} MiB, {result.seconds:.0f} s)")
 
 
 @app.command()

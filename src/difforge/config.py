@@ -7,6 +7,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from numbers import Integral, Real
+from pathlib import Path
 from typing import Any
 
 from .errors import InputError, StepsError
@@ -52,6 +53,19 @@ def check_steps(steps: Any) -> None:
         raise StepsError(f"--steps must be a whole number, got {steps!r}.")
     if steps < 2:
         raise StepsError(f"--steps must be at least 2 (got {steps}); one step leaves pure noise.")
+
+
+def check_transformer_file(path: Any) -> None:
+    """``--transformer``: None, or an existing file (InputError naming a folder or a missing path).
+
+    The one place for this rule: ``api`` (generate/edit) and validate's option check both call it.
+    """
+    if not path:
+        return
+    p = Path(path)
+    if not p.is_file():
+        kind = "is a folder" if p.is_dir() else "does not exist"
+        raise InputError(f"--transformer {path} {kind}; give a .safetensors file.")
 
 
 @dataclass

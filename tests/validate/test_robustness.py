@@ -126,9 +126,10 @@ def test_bad_size_raises_before_the_reference_loads_and_leaves_no_dir(tmp_path: 
     loads: list[str] = []
     original = runner.Ladder.load
 
-    def counting(self: runner.Ladder, backend: Any, dtype: torch.dtype, overrides: dict | None = None) -> Any:
+    def counting(self: runner.Ladder, backend: Any, dtype: torch.dtype, overrides: dict | None = None,
+                 dut: bool = False) -> Any:
         loads.append(dtype_name(dtype))
-        return original(self, backend, dtype, overrides)
+        return original(self, backend, dtype, overrides, dut=dut)
 
     monkeypatch.setattr(runner.Ladder, "load", counting)
     out = tmp_path / "r"
@@ -192,10 +193,11 @@ def test_crashing_reference_runs_and_gallery_still_write_the_report(tmp_path: Pa
 def test_crashing_reference_load_still_writes_the_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     original = runner.Ladder.load
 
-    def load(self: runner.Ladder, backend: Any, dtype: torch.dtype, overrides: dict | None = None) -> Any:
+    def load(self: runner.Ladder, backend: Any, dtype: torch.dtype, overrides: dict | None = None,
+             dut: bool = False) -> Any:
         if dtype == torch.float32:
             raise RuntimeError("reference load crashed")
-        return original(self, backend, dtype, overrides)
+        return original(self, backend, dtype, overrides, dut=dut)
 
     monkeypatch.setattr(runner.Ladder, "load", load)
     result = run_validation(_opts("tiny-ursa", tmp_path / "r", steps=2, height=32, width=32))

@@ -44,6 +44,8 @@ class Probe(Protocol):
     default_prompts: ClassVar[tuple[str, ...]]
     #: The negative prompt validate's runs use (None: the family's own default).
     negative_prompt: ClassVar[str | None]
+    #: Denoising steps of a run that gives no --steps (the family's default).
+    default_steps: ClassVar[int]
 
     pipeline: Any
 
@@ -110,6 +112,9 @@ class LowPrecisionOnFloat32(TorchFunctionMode):
 
     CONVERSIONS = frozenset({torch.Tensor.to, torch.Tensor.float, torch.Tensor.double, torch.Tensor.half,
                              torch.Tensor.bfloat16, torch.Tensor.type, torch.Tensor.type_as})
+    #: The same conversions by name: a tool that wraps torch's functions (msprobe's dump replaces
+    #: ``Tensor.to`` with a wrapper of that name) hands the mode its wrapper, which must convert too.
+    CONVERSION_NAMES = frozenset({"to", "float", "double", "half", "bfloat16", "type", "type_as"})
 
     #: Calls that compute nothing (attribute reads, indexing, copies into place, Python protocol hooks).
     AS_THEY_ARE = frozenset({"__get__", "__set__", "__getitem__", "__setitem__", "__repr__", "__format__",
@@ -123,7 +128,7 @@ class LowPrecisionOnFloat32(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
-        if func in self.CONVERSIONS or name in self.AS_THEY_ARE:
+        if func in self.CONVERSIONS or name in self.CONVERSION_NAMES or name in self.AS_THEY_ARE:
             return func(*args, **kwargs)  # conversions, attribute reads (``t.dtype``), indexing: exact
         floats = [t for t in _tensors((args, kwargs)) if t.is_floating_point()]
         if not floats or any(t.dtype != self.dtype for t in floats):

@@ -64,10 +64,25 @@ def probe_class(family: str) -> Any:
     raise DifforgeError(f"No validation probe for model family '{family}'.")
 
 
+def check_speed_names(family: str, disable: list[str], fast: list[str], compile: bool = False) -> None:
+    """Refuse ``--disable`` / ``--fast`` names ``family`` does not know, with the family's own InputError
+    (the check ``generate``/``edit`` reach at load or run time), before anything loads."""
+    if family == URSA:
+        from .ursa.call import check_optimisation_names
+
+        check_optimisation_names(disable, fast)
+    elif family in (QWEN_EDIT, QWEN_EDIT_PLUS):
+        from .qwen_edit.loop import SpeedOptions
+
+        SpeedOptions.parse(disable, fast, compile)
+    else:
+        raise DifforgeError(f"No pipeline for model family '{family}'.")
+
+
 def probe_for(pipeline: Any) -> Any:
     """The probe of a loaded pipeline (its ``family`` attribute picks the class)."""
     return probe_class(pipeline.family)(pipeline)
 
 
-__all__ = ["QWEN_EDIT", "QWEN_EDIT_PLUS", "URSA", "detect_family", "family_of", "pipeline_class", "probe_class", "probe_for",
-           "resolve_model"]
+__all__ = ["QWEN_EDIT", "QWEN_EDIT_PLUS", "URSA", "check_speed_names", "detect_family", "family_of", "pipeline_class",
+           "probe_class", "probe_for", "resolve_model"]

@@ -12,6 +12,14 @@ TEXT: dict[str, dict[str, str]] = {
         "rung": "Rung", "summary": "Finding", "seconds": "Time (s)",
         "environment": "2. Environment",
         "component": "Component", "version": "Version", "item": "Item", "value": "Value",
+        "configuration": "Configuration",
+        "config_text": ("The options this validation ran with. Every side: the device under test, the reference and "
+                        "the floor all run them (the same weights, guidance, prompts and size), so the comparison "
+                        "measures the port. Device under test only: how the device runs (speed, memory); the "
+                        "reference and the floor run the plain path."),
+        "option": "Option", "applies_to": "Applies to", "every_side": "every side",
+        "device_only": "device under test only", "default": "default",
+        "quick_reductions": "--quick lowered these (a fast sanity pass: the values given were not validated):",
         "reproduce": "3. How to reproduce",
         "reproduce_text": "Install difforge, set the recommended environment variables, then run:",
         "adaptations": "4. Adaptations applied",
@@ -62,6 +70,12 @@ TEXT: dict[str, dict[str, str]] = {
         "rung": "验证层级", "summary": "结果", "seconds": "耗时 (s)",
         "environment": "2. 验证环境",
         "component": "组件", "version": "版本", "item": "项目", "value": "值",
+        "configuration": "运行配置",
+        "config_text": ("本次验证所用的选项。“各方”：被测设备、参考与噪声基线均按此运行（相同权重、引导、提示词与尺寸），"
+                        "因此比对衡量的是适配本身。“仅被测设备”：只改变被测设备的运行方式（速度、内存），参考与基线走默认路径。"),
+        "option": "选项", "applies_to": "作用范围", "every_side": "各方", "device_only": "仅被测设备",
+        "default": "默认",
+        "quick_reductions": "--quick 降低了以下设置（快速检查：并未按给定值验证）：",
         "reproduce": "3. 如何复现",
         "reproduce_text": "安装 difforge，设置建议环境变量，然后执行：",
         "adaptations": "4. 适配项",

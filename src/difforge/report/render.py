@@ -26,6 +26,7 @@ from markupsafe import Markup
 
 from ..runtime.atomic import atomic_write_bytes, atomic_write_text
 from ..runtime.record import sha256_file
+from ..validate.options import DUT_ONLY
 from ..validate.thresholds import SOURCES
 from ..version import __version__
 from .i18n import RUNG_TITLES, texts
@@ -158,6 +159,29 @@ def _env_tables(env: dict[str, Any]) -> tuple[list[tuple[str, str]], list[tuple[
     return versions, items
 
 
+#: Options that change what every side computes, as the configuration table names them (field, flag).
+SHIPPED_OPTIONS = (("steps", "--steps"), ("height", "--height"), ("width", "--width"), ("num_frames", "--num-frames"),
+                   ("guidance", "--guidance"), ("guidance_trunc", "--guidance-trunc"), ("true_cfg", "--true-cfg"),
+                   ("negative_prompt", "--negative-prompt"), ("transformer", "--transformer"))
+
+
+def _config_rows(config: dict[str, Any], t: dict[str, str]) -> list[tuple[str, str, str]]:
+    """(flag, value, applies to) for the shipped options and the device-only ones (DUT_ONLY)."""
+    def show(value: Any) -> str:
+        if value is None:
+            return t["default"]
+        if isinstance(value, list | tuple):
+            return ", ".join(str(v) for v in value) or t["none"]
+        if isinstance(value, str) and value.strip() != value or value == "":
+            return repr(value)  # a blank negative prompt stays visible
+        return fmt(value)
+
+    rows = [(flag, show(config.get(name)), t["every_side"]) for name, flag in SHIPPED_OPTIONS if name in config]
+    rows += [("--" + name.replace("_", "-"), show(config.get(name)), t["device_only"]) for name in DUT_ONLY
+             if name in config]
+    return rows
+
+
 def _floor_text(t: dict[str, str], traj: RungResult | None, esc: Callable[[Any], Any] = str) -> str:
     if traj is None or not traj.data or "floor" not in traj.data:
         return ""
@@ -197,6 +221,8 @@ def build_context(result: ValidationResult, lang: str, plots: dict[str, bytes], 
         "versions": versions,
         "env_items": env_items,
         "reproduce": reproduce,
+        "config_rows": _config_rows(d.get("config") or {}, t),
+        "quick_reductions": d.get("quick_reductions") or [],
         "adaptations": d.get("adaptations", []),
         "tables": tables,
         "rungs": result.rungs,

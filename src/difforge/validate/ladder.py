@@ -8,8 +8,9 @@ is the one the report describes), and every family-specific question goes to the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import replace
+from dataclasses import MISSING, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from ..runtime.images import load_images, test_picture
 from ..runtime.record import RunRecord
 from .floor import EmulatedPrecision, InPrecision, emulate
 from .inputs import read_prompts
-from .options import ValidateOptions, check_out_dir, parse_reference
+from .options import DUT_ONLY, ValidateOptions, check_out_dir, parse_reference
 from .outdir import StagedFolder
 from .steps import StepTrace
 
@@ -40,6 +41,37 @@ NEAREST_DTYPES: dict[torch.dtype, tuple[torch.dtype, ...]] = {
 }
 
 
+#: RunConfig's defaults for the DUT_ONLY options: the plain path of the reference and the floor.
+PLAIN_PATH: dict[str, Any] = {
+    f.name: f.default_factory() if f.default is MISSING else f.default  # type: ignore[misc]
+    for f in fields(RunConfig) if f.name in DUT_ONLY
+}
+
+
+class PlainSide:
+    """A reference or floor probe: every RunConfig handed to it runs on the plain path (:meth:`Ladder.plain`).
+
+    The rungs give all sides the device's RunConfig; a probe that configures its pipeline from it (Qwen's
+    ``forward_step``) would otherwise switch the reference to the device's --fast/--offload/--compile.
+    """
+
+    def __init__(self, probe: Any, plain: Callable[[RunConfig], RunConfig]) -> None:
+        self._probe = probe
+        self._plain = plain
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._probe, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            args = tuple(self._plain(a) if isinstance(a, RunConfig) else a for a in args)
+            kwargs = {k: self._plain(v) if isinstance(v, RunConfig) else v for k, v in kwargs.items()}
+            return attr(*args, **kwargs)
+
+        return call
+
+
 def short_error(exc: BaseException) -> str:
     """An exception as one line for the report (class name and at most 300 characters)."""
     return f"{exc.__class__.__name__}: {' '.join(str(exc).split())[:300]}"
@@ -48,8 +80,13 @@ def short_error(exc: BaseException) -> str:
 class Ladder:
     """State shared by the rungs of one validation."""
 
-    def __init__(self, options: ValidateOptions) -> None:
+    def __init__(self, options: ValidateOptions, golden_ref: tuple[str, str] | None = None,
+                 making_golden: bool = False) -> None:
+        """``golden_ref``: (device, dtype) of a golden bundle's reference, which then stands for the
+        reference (nothing of it runs here); ``making_golden``: ``difforge golden`` runs the reference
+        side for a device elsewhere, so a same-dtype "device" is not a self-comparison."""
         self.o = options
+        self.golden_ref = golden_ref
         self.out = Path(options.out)
         self.quick = options.quick
         self.rounds = min(options.rounds, 2) if self.quick else options.rounds
@@ -62,7 +99,15 @@ class Ladder:
         self.family = family_of(options.model)
         self.probe_type = probe_class(self.family)
         self.prompts = read_prompts(options.prompts) if options.prompts else list(self.probe_type.default_prompts)
+        #: What --quick lowered ("steps 25 -> 4" ...), only what it changed; the report lists it.
+        self.quick_reductions: list[str] = []
         if self.quick:
+            family_steps = getattr(self.probe_type, "default_steps", None) or "the family default"
+            steps = (family_steps, QUICK_STEPS) if options.steps is None else (options.steps, options.steps)
+            for what, asked, ran in (("steps", *steps), ("prompts", len(self.prompts), min(len(self.prompts), 1)),
+                                     ("rounds", options.rounds, self.rounds), ("warmup", options.warmup, self.warmup)):
+                if asked != ran:
+                    self.quick_reductions.append(f"{what} {asked} -> {ran}")
             self.prompts = self.prompts[:1]
         self.images: list[Image.Image] = []
         self.image_paths: list[str] = [str(p) for p in options.images]
@@ -83,7 +128,10 @@ class Ladder:
         self.floor_backend: Backend = self.ref_backend
         self.emulation: EmulatedPrecision | None = None
         self._probes: dict[int, Any] = {}
-        self.self_compare = self.same_place and self.dut_dtype == self.ref_dtype
+        #: Pipelines loaded on the plain path (reference, floor): their probes run plain configs.
+        self._plain_sides: set[int] = set()
+        self.self_compare = not making_golden and self.same_place and (
+            dtype_name(self.dut_dtype) == (golden_ref[1] if golden_ref else dtype_name(self.ref_dtype)))
         if self.self_compare and not options.allow_self_compare:
             raise InputError(
                 f"--device {options.device} --dtype {options.dtype} is the reference itself ({self.ref_label}): a "
@@ -99,11 +147,15 @@ class Ladder:
 
     @property
     def ref_label(self) -> str:
+        if self.golden_ref is not None:
+            return f"{self.golden_ref[0]} {self.golden_ref[1]} (golden bundle)"
         return f"{self.ref_backend.device} {dtype_name(self.ref_dtype)}"
 
     @property
     def same_place(self) -> bool:
         """Device under test and reference are one device: the floor is then the device itself."""
+        if self.golden_ref is not None:
+            return self.golden_ref[0] == str(self.dut_backend.device)
         return self.ref_backend.device == self.dut_backend.device
 
     def probe(self, pipeline: Any) -> Any:
@@ -114,27 +166,38 @@ class Ladder:
             probe = probe_for(pipeline)
             if self.emulation is not None and pipeline is self.floor_pipe:
                 probe = InPrecision(probe, self.emulation)
+            if key in self._plain_sides:
+                probe = PlainSide(probe, self.plain)
             self._probes[key] = probe
         return self._probes[key]
 
     # ---- configs --------------------------------------------------------------------------------
     def config(self, prompt: str, seed: int, backend: Backend, dtype: torch.dtype) -> RunConfig:
+        """The device under test's run: every shipped option (the DUT_ONLY ones too); see :meth:`plain`."""
         steps = self.o.steps if self.o.steps is not None else (QUICK_STEPS if self.quick else None)
+        shipped = {"negative_prompt": self.probe_type.negative_prompt, **self.o.run_overrides()}
         return RunConfig(
             model=self.o.model, prompt=prompt, device=str(backend.device), dtype=dtype_name(dtype),
             height=self.o.height, width=self.o.width, steps=steps, seed=seed, images=list(self.image_paths),
-            quiet=True, negative_prompt=self.probe_type.negative_prompt,
+            quiet=True, **shipped,
         )
+
+    @staticmethod
+    def plain(cfg: RunConfig) -> RunConfig:
+        """``cfg`` with the DUT_ONLY options (compile, fast, disable, offload, VAE tiling) at RunConfig's
+        defaults: the plain path the reference and the floor run.  Everything that changes what is
+        computed (--transformer, guidance, negative prompt, frames, size, steps) stays."""
+        return replace(cfg, **PLAIN_PATH)
 
     def dut_cfg(self, prompt: str | None = None, seed: int | None = None) -> RunConfig:
         return self.config(prompt or self.prompts[0], self.o.seed if seed is None else seed, self.dut_backend,
                            self.dut_dtype)
 
     def ref_cfg(self, cfg: RunConfig) -> RunConfig:
-        return replace(cfg, device=str(self.ref_backend.device), dtype=dtype_name(self.ref_dtype))
+        return replace(self.plain(cfg), device=str(self.ref_backend.device), dtype=dtype_name(self.ref_dtype))
 
     def floor_cfg(self, cfg: RunConfig) -> RunConfig:
-        return replace(cfg, device=str(self.floor_backend.device), dtype=dtype_name(self.floor_dtype))
+        return replace(self.plain(cfg), device=str(self.floor_backend.device), dtype=dtype_name(self.floor_dtype))
 
     # ---- inputs ---------------------------------------------------------------------------------
     def prepare_inputs(self) -> None:
@@ -284,10 +347,18 @@ class Ladder:
         return None
 
     # ---- runs ---------------------------------------------------------------------------------------
-    def load(self, backend: Backend, dtype: torch.dtype, overrides: dict | None = None) -> tuple[Any, RunRecord]:
+    def load(self, backend: Backend, dtype: torch.dtype, overrides: dict | None = None,
+             dut: bool = False) -> tuple[Any, RunRecord]:
+        """Load one side: ``dut=True`` the device under test with every shipped option; otherwise (the
+        reference, either floor) the plain path, and its probe is given plain configs too (the rungs hand
+        every probe the device's RunConfig)."""
         record = RunRecord(kind="edit" if self.probe_type.takes_images else "generate")
         cfg = self.config(self.prompts[0], self.o.seed, backend, dtype)
+        if not dut:
+            cfg = self.plain(cfg)
         pipe = engine.load_pipeline(self.o.model, backend, dtype, cfg=cfg, record=record, op_overrides=overrides)
+        if not dut:
+            self._plain_sides.add(id(pipe))
         return pipe, record
 
     def run(self, pipe: Any, cfg: RunConfig, record: RunRecord | None = None,

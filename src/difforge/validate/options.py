@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..config import check_steps
+from ..config import RunConfig, check_steps, check_transformer_file
 from ..devices import DTYPES, dtype_name
 from ..errors import InputError, OutputError
+from ..models.registry import check_speed_names, family_of
 from .outdir import refuse_message, replaceable
 
 if TYPE_CHECKING:
@@ -23,6 +24,9 @@ if TYPE_CHECKING:
 
 #: Rungs in the order they run and appear in the report.
 RUNGS = ("smoke", "determinism", "benchmark", "operator", "component", "step", "trajectory")
+#: The options that change only HOW the device under test runs (speed, memory), never what the reference
+#: computes: the reference and the floor reset them to RunConfig's defaults (the plain path).
+DUT_ONLY = ("compile", "fast", "disable", "offload", "vae_tiling")
 
 
 @dataclass
@@ -57,6 +61,25 @@ class ValidateOptions:
     allow_self_compare: bool = False
     #: ``warn``: a WARN verdict exits 1 too (a sign-off that accepts no open question).
     fail_on: str = "fail"
+    #: A golden bundle (``difforge golden --out``): the reference and floor are read from it, not computed.
+    golden: str | None = None
+    # ---- the configuration that ships (``difforge generate``/``edit`` flags) ----------------------------
+    #: Transformer-only safetensors (an FP8 re-pack) replacing the folder's: loaded on every side, so the
+    #: reference and the floor upcast the same weights and the comparison measures the port, not the
+    #: quantisation.
+    transformer: str | None = None
+    #: DUT_ONLY below: how the device under test runs; the reference and the floor run the plain path.
+    compile: bool = False
+    fast: list[str] = field(default_factory=list)
+    disable: list[str] = field(default_factory=list)
+    offload: str = "none"
+    vae_tiling: bool = False
+    #: None: the family's (or the probe's) default; applied on every side.
+    num_frames: int | None = None
+    guidance: float | None = None
+    guidance_trunc: float | None = None
+    true_cfg: float | None = None
+    negative_prompt: str | None = None
 
     def check(self) -> None:
         """Reject bad usage early, as a DifforgeError (exit 2) with one actionable sentence."""
@@ -67,6 +90,7 @@ class ValidateOptions:
         if self.warmup < 0:
             raise InputError("--warmup must be 0 or more.")
         check_steps(self.steps)
+        self.check_run_options()
         for flag, value in (("--height", self.height), ("--width", self.width)):
             if value is not None and value <= 0:
                 raise InputError(f"{flag} must be a positive number of pixels, not {value}.")
@@ -80,6 +104,27 @@ class ValidateOptions:
         if self.fail_on not in ("fail", "warn"):
             raise InputError(f"--fail-on must be 'fail' or 'warn', not '{self.fail_on}'.")
         check_out_dir(self.out)
+
+    def run_overrides(self) -> dict[str, Any]:
+        """The RunConfig fields these options set (guidance etc. only when given: RunConfig's defaults stay)."""
+        fields: dict[str, Any] = {
+            "transformer_file": self.transformer, "compile": self.compile, "fast": list(self.fast),
+            "disable": list(self.disable), "offload": self.offload, "vae_tiling": self.vae_tiling,
+        }
+        for name in ("num_frames", "guidance", "guidance_trunc", "true_cfg", "negative_prompt"):
+            if getattr(self, name) is not None:
+                fields[name] = getattr(self, name)
+        return fields
+
+    def check_run_options(self) -> None:
+        """The shipped options, checked by RunConfig's own rules (seed, guidance, offload plan, negative
+        prompt), the family's --fast/--disable names, and a --transformer that must be a file."""
+        RunConfig(model=self.model, steps=self.steps, seed=self.seed, **self.run_overrides())
+        if self.num_frames is not None and (not isinstance(self.num_frames, int) or self.num_frames < 1):
+            raise InputError(f"--num-frames must be a whole number of at least 1, got {self.num_frames!r}.")
+        if self.fast or self.disable:
+            check_speed_names(family_of(self.model), list(self.disable), list(self.fast), self.compile)
+        check_transformer_file(self.transformer)
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items() if k != "op_overrides"}

@@ -74,10 +74,16 @@ def is_report_folder(folder: Path) -> bool:
 
 
 def replaceable(folder: Path) -> bool:
-    """``--out`` may be used: absent, an empty folder, or a previous difforge report folder."""
+    """``--out`` may be used: absent, an empty folder, or a previous difforge report folder or golden bundle."""
     if not folder.exists():
         return True
-    return folder.is_dir() and (not any(folder.iterdir()) or is_report_folder(folder))
+    if not folder.is_dir():
+        return False
+    if not any(folder.iterdir()) or is_report_folder(folder):
+        return True
+    from .bundle import is_bundle_folder  # a previous golden bundle (difforge golden --out) is ours too
+
+    return is_bundle_folder(folder)
 
 
 def refuse_message(folder: Path) -> str:

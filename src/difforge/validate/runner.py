@@ -9,6 +9,7 @@ mistakes (bad device, bad path) still raise DifforgeError before anything runs.
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 import time
@@ -30,6 +31,7 @@ from .components import component_rung
 from .determinism import determinism_rung
 from .environment import fingerprint
 from .gallery import contact_sheet, pair
+from .golden import Golden, Reduced, check_dtype_plan, check_settings, open_golden, refuse_reference_flags
 from .ladder import Ladder, short_error
 from .operators import operator_rung
 from .options import RUNGS, ValidateOptions, ValidationResult
@@ -93,16 +95,33 @@ def _not_run(key: str, why: str) -> RungResult:
 
 
 def _reproduce(options: ValidateOptions) -> list[str]:
-    """The exact command line that re-runs this validation."""
+    """The exact command line that re-runs this validation (input files as absolute paths; every
+    option not at its default, so it parses back to the same ValidateOptions)."""
     args = ["difforge", "validate", "--model", options.model, "--device", options.device, "--dtype",
             options.dtype, "--reference", options.reference]
     for img in options.images:
-        args += ["--image", str(img)]
+        args += ["--image", os.path.abspath(img)]
     if options.prompts:
-        args += ["--prompts", str(options.prompts)]
-    for flag, value in (("--steps", options.steps), ("--height", options.height), ("--width", options.width)):
+        args += ["--prompts", os.path.abspath(options.prompts)]
+    if options.transformer:
+        args += ["--transformer", os.path.abspath(options.transformer)]
+    for flag, value in (("--steps", options.steps), ("--height", options.height), ("--width", options.width),
+                        ("--num-frames", options.num_frames), ("--guidance", options.guidance),
+                        ("--guidance-trunc", options.guidance_trunc), ("--true-cfg", options.true_cfg)):
         if value is not None:
             args += [flag, str(value)]
+    if options.negative_prompt is not None:  # free text (may start with '-'): one --flag=value word
+        args.append(f"--negative-prompt={options.negative_prompt}")
+    if options.compile:
+        args.append("--compile")
+    for name in options.fast:
+        args += ["--fast", name]
+    for name in options.disable:
+        args += ["--disable", name]
+    if options.offload != "none":
+        args += ["--offload", options.offload]
+    if options.vae_tiling:
+        args.append("--vae-tiling")
     args += ["--rounds", str(options.rounds), "--warmup", str(options.warmup), "--seed", str(options.seed)]
     if options.quick:
         args.append("--quick")
@@ -112,6 +131,8 @@ def _reproduce(options: ValidateOptions) -> list[str]:
         args.append("--allow-self-compare")
     if options.fail_on != "fail":
         args += ["--fail-on", options.fail_on]
+    if options.golden:
+        args += ["--golden", os.path.abspath(options.golden)]
     args += ["--lang", options.lang, "--out", str(options.out)]
     return [shlex.join(args)]
 
@@ -125,11 +146,14 @@ class _Side:
     error: str | None = None
 
 
-def _load_side(lad: Ladder, backend: Any, dtype: Any, kind: str, overrides: dict | None = None) -> _Side:
-    """Load one side; an OOM or a crash is kept as the side's error (it costs rungs, not the report)."""
+def _load_side(lad: Ladder, backend: Any, dtype: Any, kind: str, overrides: dict | None = None,
+               dut: bool = False) -> _Side:
+    """Load one side; an OOM or a crash is kept as the side's error (it costs rungs, not the report).
+
+    ``dut``: the device under test, with every shipped option; otherwise the plain path (see Ladder.load)."""
     side = _Side(record=RunRecord(kind=kind))
     try:
-        side.pipe, side.record = lad.load(backend, dtype, overrides)
+        side.pipe, side.record = lad.load(backend, dtype, overrides, dut=dut)
     except DeviceOutOfMemoryError as exc:
         side.error = str(exc)
     except DifforgeError:
@@ -147,24 +171,44 @@ def run_validation(options: ValidateOptions, write_report: ReportWriter) -> Vali
     the reference is loaded.
     """
     options.check()
-    lad = Ladder(options)
+    golden: Golden | None = None
+    if options.golden:
+        refuse_reference_flags(options)
+        golden = open_golden(options)  # its files, the weights, prompts and pictures: before anything loads
+    lad = Ladder(options, golden_ref=golden.reference if golden is not None else None)
+    if golden is not None:
+        check_settings(golden, options, lad)
+        _use_golden_inputs(lad, golden)
     prog = _Progress(options.quiet, total=10)
     t0 = prog.start(f"load {options.model} on {lad.dut_label} and reference {lad.ref_label}")
     lad.prepare_inputs()
     kind = "edit" if lad.probe_type.takes_images else "generate"
-    dut = _load_side(lad, lad.dut_backend, lad.dut_dtype, kind, options.op_overrides)
+    dut = _load_side(lad, lad.dut_backend, lad.dut_dtype, kind, options.op_overrides, dut=True)
     if dut.pipe is not None:
         lad.check_size(dut.pipe)
-    ref = _load_side(lad, lad.ref_backend, lad.ref_dtype, kind)
+        if golden is not None:
+            check_dtype_plan(golden, lad.probe(dut.pipe))
+    ref = _load_side(lad, lad.ref_backend, lad.ref_dtype, kind) if golden is None else _Side(record=RunRecord(kind=kind))
     lad.ref = ref.pipe
     if dut.pipe is None and ref.pipe is not None:
         lad.check_size(ref.pipe)
     lad.make_out_dir()
     try:
-        return _Climb(lad, prog, dut, ref, write_report).run(t0)
+        return _Climb(lad, prog, dut, ref, write_report, golden).run(t0)
     except BaseException:  # a user error, a crash, Ctrl-C or SIGTERM: no half-filled report, no stray folder
         lad.discard_output()
         raise
+
+
+def _use_golden_inputs(lad: Ladder, golden: Golden) -> None:
+    """Prompts and pictures the user did not give are the bundle's (the ones its reference ran on)."""
+    inputs = golden.bundle.manifest["inputs"]
+    if not lad.o.prompts:
+        lad.prompts = list(inputs["prompts"])
+    if not lad.o.images and inputs["images"]:
+        lad.image_paths = [str(golden.bundle.path(x["file"])) for x in inputs["images"]]
+        if inputs.get("synthetic"):
+            lad.notes.append("no --image given: edits use the golden bundle's synthetic test picture")
 
 
 class _RefRuns:
@@ -183,8 +227,11 @@ class _RefRuns:
 class _Climb:
     """Everything after the inputs were checked and DIR made: floor, rungs, gallery, report."""
 
-    def __init__(self, lad: Ladder, prog: _Progress, dut: _Side, ref: _Side, write_report: ReportWriter) -> None:
+    def __init__(self, lad: Ladder, prog: _Progress, dut: _Side, ref: _Side, write_report: ReportWriter,
+                 golden: Golden | None = None) -> None:
         self.lad, self.prog, self.dut, self.ref, self.write_report = lad, prog, dut, ref, write_report
+        #: A golden bundle standing for the reference and the floor (nothing of them runs here).
+        self.golden = golden
         self.o = lad.o
         self.seeds = [self.o.seed, *[s for s in self.o.extra_seeds if s != self.o.seed]]
         self.rungs: dict[str, RungResult] = {}
@@ -200,7 +247,15 @@ class _Climb:
         # 1. load (the floor) -------------------------------------------------------------------------
         lad.save_inputs()
         self.cfg0 = lad.dut_cfg()
-        if self.ref.pipe is None:
+        if self.golden is not None:
+            self.floor = self.golden.floor
+            self.data["golden"] = _golden_summary(self.golden)
+            lad.set_floor(f"{self.golden.floor_label} (golden bundle)",
+                          f"reference and floor read from the golden bundle {self.o.golden} (made "
+                          f"{self.data['golden']['created']} by difforge {self.data['golden']['difforge']}): nothing of "
+                          "them ran here; the operator rung replays the device's captured calls on this host's float32 "
+                          "kernels")
+        elif self.ref.pipe is None:
             lad.set_floor("none (the reference could not be loaded)",
                           f"the reference ({lad.ref_label}) could not be loaded: {self.ref.error}")
         elif self.dut.pipe is not None:
@@ -220,7 +275,7 @@ class _Climb:
         self.accuracy(runs)
         # 9. gallery ------------------------------------------------------------------------------------------
         t0 = self.prog.start(f"gallery ({len(lad.prompts)} prompt(s))")
-        if self.ref.pipe is not None:
+        if self.ref.pipe is not None or self.golden is not None:
             try:
                 self.data["gallery"] = self.gallery(runs.ref_images0)
             except Exception as exc:  # the report is written without it; the verdict says so
@@ -281,7 +336,12 @@ class _Climb:
         lad = self.lad
         t0 = self.prog.start(f"reference runs on {lad.ref_label} (seeds {self.seeds})")
         runs = _RefRuns(self.seeds)
-        if self.ref.pipe is None:
+        if self.golden is not None:
+            try:
+                self._golden_runs(runs)
+            except Exception as exc:
+                runs.error = f"{runs.stage} failed ({short_error(exc)})"
+        elif self.ref.pipe is None:
             runs.error = f"the reference could not be loaded ({self.ref.error})"
         else:
             try:
@@ -327,18 +387,44 @@ class _Climb:
         if runs.floor_error is not None:  # one seed without a floor: judge every seed the same way
             runs.traj = [(seed, d, r, None) for seed, d, r, _ in runs.traj]
 
+    def _golden_runs(self, runs: _RefRuns) -> None:
+        """The device on the extra seeds; the reference and floor runs as the bundle stored them."""
+        lad, golden = self.lad, self.golden
+        assert golden is not None
+        floor = golden.floor
+        for seed in runs.seeds:
+            cfg = lad.dut_cfg(seed=seed)
+            if seed == self.o.seed:
+                dut_run = TrajectoryRun(self.smoke_images, self.smoke_trace)
+            else:
+                runs.stage = f"the device run (seed {seed})"
+                tr = StepTrace()
+                imgs, _ = lad.run(self.dut.pipe, cfg, trace=tr)
+                dut_run = TrajectoryRun(imgs, tr)
+            runs.stage = f"reading the golden run (seed {seed})"
+            ref_run = golden.ref.trajectory(cfg)
+            if seed == self.o.seed:
+                runs.ref_images0 = ref_run.images
+                lad.save_image(ref_run.images[0], f"reference_seed{seed}.png")
+            floor_run = floor.trajectory(cfg) if floor is not None else None
+            runs.traj.append((seed, dut_run, ref_run, floor_run))
+            runs.step_runs.append((cfg, ref_run.trace))
+
     def accuracy(self, runs: _RefRuns) -> None:
         """Rungs 5-8: operator, component, teacher-forced step, trajectory."""
         lad, prog, rungs = self.lad, self.prog, self.rungs
         dut = lad.probe(self.dut.pipe)
         ref = lad.probe(self.ref.pipe) if self.ref.pipe is not None else None
-        floor = lad.probe(self.floor) if self.floor is not None else None
+        floor = lad.probe(self.floor) if self.floor is not None and self.golden is None else None
+        operator_dut = dut
+        if self.golden is not None:  # the device's outputs reduced like the bundle's samples
+            ref, floor, dut = self.golden.ref, self.golden.floor, Reduced(dut, self.golden.bundle.reducer)
         t0 = prog.start("operator rung")
         first = runs.step_runs[0][1].inputs[0] if runs.step_runs and runs.step_runs[0][1].inputs else None
         if first:
             adaptations = self.dut.record.adaptations
             rungs["operator"] = _guard("operator", lambda: operator_rung(
-                dut, lad.ref_backend.device, self.cfg0, first, adaptations))
+                operator_dut, lad.ref_backend.device, self.cfg0, first, adaptations))
         elif runs.error:
             rungs["operator"] = _not_run("operator", runs.error)
         else:
@@ -375,7 +461,8 @@ class _Climb:
                 d_img, r_img = self.smoke_images[0], (first_ref[0] if first_ref else None)
             else:
                 d_img = lad.run(dut, cfg)[0][0]
-                r_img = lad.run(ref, lad.ref_cfg(cfg))[0][0]
+                r_img = (self.golden.gallery_image(k) if self.golden is not None
+                         else lad.run(ref, lad.ref_cfg(cfg))[0][0])
             d_path = lad.save_image(d_img, f"gallery_{k}_device.png")
             entry: dict[str, Any] = {"prompt": prompt, "device": d_path.name}
             if r_img is not None:
@@ -398,6 +485,7 @@ class _Climb:
         data["environment"] = fingerprint(lad.dut_backend, lad.ref_backend, config)
         data["reproduce"] = _reproduce(self.o)
         data["config"] = config
+        data["quick_reductions"] = list(lad.quick_reductions)
         data["floor_label"] = lad.floor_label
         data["self_comparison"] = lad.self_compare
         data["device_label"] = lad.dut_label
@@ -414,6 +502,14 @@ class _Climb:
         result.report_paths = {k: lad.out / p.relative_to(work) for k, p in paths.items()}
         self.prog.done(None, t0, f"verdict {verdict}: {lad.out}")
         return result
+
+
+def _golden_summary(golden: Golden) -> dict[str, Any]:
+    """What the report says about the bundle the reference came from."""
+    m = golden.bundle.manifest
+    return {"path": str(golden.bundle.folder.resolve()), "created": m.get("created"), "difforge": m.get("difforge"),
+            "torch": m.get("torch"), "reference": m["reference"]["label"], "floor": m["floor"]["label"],
+            "weights": len(m.get("weights", {})), "bytes": m.get("bytes")}
 
 
 def _floor_rmse(runs: _RefRuns) -> float | None:

@@ -9,7 +9,7 @@ blocks name the first block whose output leaves the reference.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from ..config import RunConfig
-from .components import judge_floor
+from .components import floor_ratio, judge_floor
 from .metrics import cosine, tensor_compare
 from .thresholds import (
     ABS_COS_FAIL,
@@ -85,9 +85,12 @@ def _flat(output: Any) -> torch.Tensor | None:
 
 @contextmanager
 def capture_blocks(pipeline: Any, reference: dict[str, list[torch.Tensor]] | None = None,
+                   reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
                    ) -> Iterator[tuple[list[str], dict[str, list[Any]]]]:
     """Hook every transformer block.  Without ``reference`` the outputs are stored; with it, each
-    call is compared on the fly (so the device side never holds all block outputs at once)."""
+    call is compared on the fly (so the device side never holds all block outputs at once).
+    ``reduce`` maps each flattened output to what is kept or compared (a golden bundle keeps a fixed
+    sample of the elements of a large block output; see :mod:`.bundle`)."""
     blocks = list(pipeline.transformer_blocks())
     names = [name for name, _ in blocks]
     store: dict[str, list[Any]] = {name: [] for name in names}
@@ -97,16 +100,14 @@ def capture_blocks(pipeline: Any, reference: dict[str, list[torch.Tensor]] | Non
             flat = _flat(output)
             if flat is None:
                 return
+            if reduce is not None:
+                flat = reduce(flat)
             if reference is None:
                 store[name].append(flat)
                 return
             k = len(store[name])
             ref_list = reference.get(name, [])
-            if k < len(ref_list) and ref_list[k].shape == flat.shape:
-                store[name].append(tensor_compare(flat, ref_list[k]))
-            else:
-                store[name].append({"cosine": float("nan"), "rel_l2": float("nan"), "max_abs": float("nan"),
-                                    "nonfinite_dut": 0, "mismatch": True})
+            store[name].append(_compare_block(flat, ref_list[k] if k < len(ref_list) else None))
 
         handles.append(module.register_forward_hook(hook))
     try:
@@ -114,6 +115,27 @@ def capture_blocks(pipeline: Any, reference: dict[str, list[torch.Tensor]] | Non
     finally:
         for h in handles:
             h.remove()
+
+
+def _compare_block(flat: torch.Tensor, ref: torch.Tensor | None) -> dict[str, Any]:
+    if ref is not None and ref.shape == flat.shape:
+        return tensor_compare(flat, ref)
+    return {"cosine": float("nan"), "rel_l2": float("nan"), "max_abs": float("nan"), "nonfinite_dut": 0,
+            "mismatch": True}
+
+
+def block_outputs(probe: Any, cfg: RunConfig, step: int, inputs: dict[str, torch.Tensor],
+                  reduce: Callable[[torch.Tensor], torch.Tensor] | None = None) -> dict[str, list[torch.Tensor]]:
+    """Every transformer block's (flattened) outputs while ``probe`` replays ``step``, block order kept.
+
+    A golden bundle's probe returns what it recorded (``recorded_blocks``) instead of computing.
+    """
+    recorded = getattr(probe, "recorded_blocks", None)
+    if recorded is not None:
+        return recorded(cfg, step)
+    with capture_blocks(probe, reduce=reduce) as (_names, store):
+        probe.forward_step(cfg, step, inputs)
+    return store
 
 
 def _nan_worst(values: list[float], pick: Any) -> float:
@@ -124,18 +146,25 @@ def _nan_worst(values: list[float], pick: Any) -> float:
 def localise(dut: Any, ref: Any, cfg: RunConfig, step: int, inputs: dict[str, torch.Tensor],
              floor: Any | None = None) -> dict[str, Any]:
     """Replay ``step`` with block hooks on the reference, the device and (if any) the floor; the first
-    divergent block is the first whose cosine falls below the threshold *and* whose rel-L2 exceeds the
-    floor's by more than the msprobe ratio (so precision drift alone never names a block)."""
-    with capture_blocks(ref) as (names, ref_store):
-        ref.forward_step(cfg, step, inputs)
-    with capture_blocks(dut, reference=ref_store) as (_, cmp_store):
+    divergent block is the first the floor rule (:func:`~.components.judge_floor`) does not PASS: its
+    rel-L2 over the floor's at that block above ``RATIO_PASS``, or its cosine below the absolute bound
+    (so precision drift alone never names a block).  Without a floor, the first whose cosine falls
+    below ``BLOCK_COS_DIVERGE``.  Each block reports its ``ratio`` and floor-rule ``verdict``."""
+    reduce = getattr(dut, "reduce_block", None)  # set when the reference is a golden bundle's sample
+    ref_store = block_outputs(ref, cfg, step, inputs)
+    names = list(ref_store)
+    with capture_blocks(dut, reference=ref_store, reduce=reduce) as (_, cmp_store):
         dut.forward_step(cfg, step, inputs)
     floor_store: dict[str, list[Any]] = {}
-    if floor is not None and floor is not dut:
+    if floor is dut:
+        floor_store = cmp_store
+    elif getattr(floor, "recorded_blocks", None) is not None:
+        floor_store = {name: [_compare_block(f, r[k] if k < len(r) else None) for k, f in enumerate(fl)]
+                       for name, fl in block_outputs(floor, cfg, step, inputs).items()
+                       for r in [ref_store.get(name, [])]}
+    elif floor is not None:
         with capture_blocks(floor, reference=ref_store) as (_, floor_store):
             floor.forward_step(cfg, step, inputs)
-    elif floor is dut:
-        floor_store = cmp_store
     blocks: list[dict[str, Any]] = []
     first: str | None = None
     for name in names:
@@ -147,15 +176,19 @@ def localise(dut: Any, ref: Any, cfg: RunConfig, step: int, inputs: dict[str, to
         mx = _nan_worst([c["max_abs"] for c in calls], max)
         fcalls = floor_store.get(name) or []
         frel = _nan_worst([c["rel_l2"] for c in fcalls], max) if fcalls else None
-        diverged = not cos >= BLOCK_COS_DIVERGE  # NaN counts as divergent
-        if diverged and frel is not None and frel == frel and rel == rel:
-            diverged = rel > RATIO_PASS * frel
+        # The floor rule of the rungs (judge_floor): with a floor, a block diverges when its rel-L2 is more
+        # than RATIO_PASS x the floor's at that block (or its cosine fails the absolute bound, or NaN), so a
+        # fault that scales or shifts a block's output without turning it (cosine ~1) is named where it
+        # enters; without a floor, the cosine gate alone (NaN counts as divergent).
+        verdict, _how = judge_floor(cos, rel, frel)
+        ratio = floor_ratio(rel, frel) if frel is not None else None
+        diverged = (verdict is not Verdict.PASS) if frel is not None else (not cos >= BLOCK_COS_DIVERGE)
         blocks.append({"block": name, "calls": len(calls), "cosine": cos, "rel_l2": rel, "max_abs": mx,
-                       "floor_rel_l2": frel, "divergent": diverged})
+                       "floor_rel_l2": frel, "ratio": ratio, "verdict": str(verdict), "divergent": diverged})
         if diverged and first is None:
             first = name
     return {"step": step, "blocks": blocks, "first_divergent": first, "threshold": BLOCK_COS_DIVERGE,
-            "after_blocks": first is None}
+            "ratio_threshold": RATIO_PASS if floor_store else None, "after_blocks": first is None}
 
 
 # ---- the rung -----------------------------------------------------------------------------------

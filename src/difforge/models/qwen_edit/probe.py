@@ -14,6 +14,7 @@ the comparison exercises realistic token counts.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Sequence
 from math import prod
@@ -28,7 +29,7 @@ from ...runtime.images import test_picture
 from ..probing import OpCase, detach, emulated, moved, shapes, upcast
 from .attention import QwenJointAttnProcessor
 from .overrides import reference_attention, reference_rms_norm
-from .pipeline import DROPPED_PROMPT_TOKENS, QwenEditPipeline
+from .pipeline import DEFAULT_STEPS, DROPPED_PROMPT_TOKENS, QwenEditPipeline
 from .references import fit_area
 
 COMPONENTS = ("text_encoder", "transformer", "vae_encode", "vae_decode")
@@ -76,6 +77,8 @@ class QwenEditProbe:
     default_prompts: ClassVar[tuple[str, ...]] = EDIT_PROMPTS
     #: None: the pipeline's own default (" " under true CFG, the published recipe).
     negative_prompt: ClassVar[str | None] = None
+    #: Denoising steps of a run that gives no --steps (what ``--quick`` lowers).
+    default_steps: ClassVar[int] = DEFAULT_STEPS
 
     def __init__(self, pipeline: QwenEditPipeline) -> None:
         self.pipeline = pipeline
@@ -185,13 +188,20 @@ class QwenEditProbe:
             out = pipe.text_encoder(**x, output_hidden_states=True).hidden_states[-1]
         elif name == "transformer":
             img_shapes = [tuple(int(v) for v in row) for row in inputs["img_shapes"].tolist()]
-            out = pipe.transformer(
-                hidden_states=x["hidden_states"],
-                encoder_hidden_states=x["encoder_hidden_states"],
-                timestep=x["timestep"],
-                img_shapes=[img_shapes],
-                return_dict=False,
-            )[0]
+            transformer = pipe.transformer
+            cached = getattr(transformer, "is_cache_enabled", False)  # a --fast step cache (diffusers hooks)
+            if cached:  # one full forward from an empty cache: what the first step of a run computes
+                transformer._reset_stateful_cache()
+            with transformer.cache_context("component") if cached else contextlib.nullcontext():
+                out = transformer(
+                    hidden_states=x["hidden_states"],
+                    encoder_hidden_states=x["encoder_hidden_states"],
+                    timestep=x["timestep"],
+                    img_shapes=[img_shapes],
+                    return_dict=False,
+                )[0]
+            if cached:
+                transformer._reset_stateful_cache()
         elif name == "vae_encode":
             out = pipe.vae.encode(x["sample"]).latent_dist.mode()
         else:

@@ -26,6 +26,14 @@ OUTPUT_TYPES = ("pil", "np", "latent")
 StepHook = Callable[[int, dict[str, torch.Tensor], dict[str, torch.Tensor]], None]
 
 
+def check_optimisation_names(disable: list[str] | tuple[str, ...], fast: list[str] | tuple[str, ...]) -> None:
+    """Refuse an unknown ``--disable`` / ``--fast`` name (InputError naming the known ones)."""
+    unknown = sorted(set(disable) - set(EXACT_OPTIMISATIONS)) + sorted(set(fast) - set(FAST_OPTIMISATIONS))
+    if unknown:
+        known = ", ".join(EXACT_OPTIMISATIONS + FAST_OPTIMISATIONS)
+        raise InputError(f"Unknown URSA optimisation name '{unknown[0]}'; known names are {known}.")
+
+
 def cpu_copy(x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     """A CPU tensor that owns its memory (``.cpu()`` on a CPU tensor would alias it)."""
     return x.detach().to("cpu", dtype or x.dtype, copy=True)

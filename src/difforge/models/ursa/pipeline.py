@@ -50,14 +50,13 @@ from .call import (
     DEFAULT_HEIGHT,
     DEFAULT_STEPS,
     DEFAULT_WIDTH,
-    EXACT_OPTIMISATIONS,
-    FAST_OPTIMISATIONS,
     Optimisations,
     ReferenceArgs,
     StepHook,
     TokenState,
     URSACall,
     URSAPipelineOutput,
+    check_optimisation_names,
     cpu_copy,
 )
 from .config import decoder_torch_dtype
@@ -206,10 +205,7 @@ class URSAPipeline:
 
     def optimisations(self, cfg: RunConfig) -> Optimisations:
         """The switches ``cfg`` asks for on this device; raises InputError for an unknown name."""
-        unknown = sorted(set(cfg.disable) - set(EXACT_OPTIMISATIONS)) + sorted(set(cfg.fast) - set(FAST_OPTIMISATIONS))
-        if unknown:
-            known = ", ".join(EXACT_OPTIMISATIONS + FAST_OPTIMISATIONS)
-            raise InputError(f"Unknown URSA optimisation name '{unknown[0]}'; known names are {known}.")
+        check_optimisation_names(cfg.disable, cfg.fast)
         return Optimisations(
             lm_head_slice="lm-head-slice" not in cfg.disable,
             reuse_first="reuse-first-forward" not in cfg.disable and self.scheduler.is_metric,

@@ -25,7 +25,7 @@ from ...errors import InputError
 from ...ops import OpSet, plain_ops
 from ..families import URSA
 from ..probing import OpCase, cosine, detach, emulated, moved, shapes, upcast
-from .call import cpu_copy
+from .call import DEFAULT_STEPS, cpu_copy
 from .pipeline import URSAPipeline
 from .rope import positions
 from .transformer import URSATransformer
@@ -120,6 +120,7 @@ class URSAProbe:
     takes_images: ClassVar[bool] = False
     default_prompts: ClassVar[tuple[str, ...]] = PROMPTS
     negative_prompt: ClassVar[str | None] = NEGATIVE
+    default_steps: ClassVar[int] = DEFAULT_STEPS
 
     def __init__(self, pipeline: URSAPipeline) -> None:
         self.pipeline = pipeline
