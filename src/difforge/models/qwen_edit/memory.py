@@ -59,6 +59,7 @@ from ...devices import Backend
 from ...devices.cpu import CPUBackend
 from ...errors import DifforgeError
 from ...runtime.memory import MemoryEstimate, check_memory, format_bytes
+from ...runtime.meta import on_meta
 from ..checkpoint import check_safetensors_header, read_json
 from .references import fit_area
 
@@ -136,7 +137,7 @@ def _count(module: nn.Module) -> ModuleCount:
 
 @contextlib.contextmanager
 def _meta() -> Iterator[None]:
-    with torch.device("meta"):
+    with on_meta():
         yield
 
 

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from ...errors import CheckpointError, ModelFamilyError
+from ...runtime.meta import on_meta
 from ..checkpoint import check_finite, config_class_names, config_files, load_component_state_dict, read_json
 from .config import SchedulerConfig, URSATransformerConfig, VQConfig, check_consistency
 from .memory import check_weights_fit
@@ -146,13 +147,13 @@ class URSACheckpoint:
         weights as they will be held (a bf16 file run in float32 on the CPU holds twice its size).
         """
         check_weights_fit(self, dtype, backend, record)  # the host must hold both state dicts: refuse before building
-        with torch.device("meta"):
+        with on_meta():
             model = URSATransformer(self.transformer_config)
         load_strict(model, load_component_state_dict(self.folder / "transformer"), str(self.folder / "transformer"))
         return model
 
     def load_vae(self) -> AutoencoderVQ | AutoencoderVQCosmos3D:
-        with torch.device("meta"):
+        with on_meta():
             cfg = self.vae_config
             vae = AutoencoderVQCosmos3D(cfg) if isinstance(cfg, FSQConfig) else AutoencoderVQ(cfg)
         load_strict(vae, load_component_state_dict(self.folder / "vae"), str(self.folder / "vae"))

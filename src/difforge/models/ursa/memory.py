@@ -34,6 +34,7 @@ import torch
 from ...devices import Backend
 from ...devices.cpu import CPUBackend
 from ...runtime.memory import MemoryEstimate, check_memory
+from ...runtime.meta import on_meta
 from ..checkpoint import check_safetensors_header, weight_files
 from .config import URSATransformerConfig, VQConfig, decoder_torch_dtype
 from .tokenizer import prompt_list
@@ -103,7 +104,7 @@ def transformer_parameters(cfg: URSATransformerConfig) -> int:
     from ...ops import plain_ops
     from .transformer import DecoderLayer
 
-    with torch.device("meta"):
+    with on_meta():
         layer = DecoderLayer(cfg, [plain_ops()])
     per_layer = sum(p.numel() for p in layer.parameters())
     h = cfg.hidden_size
@@ -120,7 +121,7 @@ def vae_counts(cfg: VQConfig | FSQConfig) -> tuple[int, int]:
     from .vae import AutoencoderVQ
     from .vae_fsq import AutoencoderVQCosmos3D
 
-    with torch.device("meta"):
+    with on_meta():
         vae = AutoencoderVQCosmos3D(cfg) if isinstance(cfg, FSQConfig) else AutoencoderVQ(cfg)
     on_device = sum(p.numel() for m in (vae.quantizer, vae.post_quant_conv, vae.decoder) for p in m.parameters())
     return sum(p.numel() for p in vae.parameters()), on_device

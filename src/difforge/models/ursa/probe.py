@@ -23,6 +23,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from ...config import RunConfig
 from ...errors import InputError
 from ...ops import OpSet, plain_ops
+from ...runtime.meta import on_meta
 from ..families import URSA
 from ..probing import OpCase, cosine, detach, emulated, moved, shapes, upcast
 from .call import DEFAULT_STEPS, cpu_copy
@@ -206,7 +207,7 @@ class URSAProbe:
         text_len = pipe.tokenizer.max_length
         length = text_len + 1 + n_img
         rows = 2 if cfg.guidance > 1 else 1
-        with torch.device("meta"):
+        with on_meta():
             model = URSATransformer(pipe.transformer.config, pipe.transformer.ops)
             ids = torch.zeros(rows, length, dtype=torch.int64)
         pos = positions(latent_shape, text_len).to("meta")
