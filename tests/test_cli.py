@@ -10,6 +10,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from difforge import cli
 from difforge.cli import app
 from difforge.models.tiny import ensure_tiny
 
@@ -318,3 +319,55 @@ def test_oom_hint_follows_the_family() -> None:
     assert "sequential" not in out_of_memory_message("cuda:0", "model", "ursa")
     assert "--offload sequential and --vae-tiling" in out_of_memory_message("npu:0", "model", "qwen-edit")
     assert "reduce --height/--width" in out_of_memory_message("npu:0", "sequential", "qwen-edit-plus")
+
+
+# ---- ecosystem spellings, --version, names in --help (issue 11) ----------------------------------
+def test_version_flag() -> None:
+    from difforge.version import __version__
+
+    res = CliRunner().invoke(cli.app, ["--version"])
+    assert res.exit_code == 0 and res.output.strip() == f"difforge {__version__}"
+
+
+def test_help_lists_each_familys_own_optimisation_names() -> None:
+    from difforge.models.qwen_edit.loop import EXACT_OPTIMISATIONS as QE
+    from difforge.models.qwen_edit.loop import FAST_OPTIMISATIONS as QF
+    from difforge.models.ursa.call import EXACT_OPTIMISATIONS as UE
+    from difforge.models.ursa.call import FAST_OPTIMISATIONS as UF
+
+    assert cli.URSA_EXACT.split(", ") == list(UE) and cli.URSA_FAST.split(", ") == list(UF)
+    assert cli.QWEN_EXACT.split(", ") == list(QE)
+    assert [n.split("[")[0] for n in cli.QWEN_FAST.split(", ")] == list(QF)
+    gen = " ".join(CliRunner().invoke(cli.app, ["generate", "--help"], terminal_width=400).output.split())
+    assert all(name in gen for name in (*UE, *UF)) and "tiny-qwen-edit" not in gen
+    edit = " ".join(CliRunner().invoke(cli.app, ["edit", "--help"], terminal_width=400).output.split())
+    assert all(name in edit for name in (*QE, *QF))
+
+
+@pytest.mark.parametrize("alias", ["--num-inference-steps", "--num_steps", "--num_inference_steps"])
+def test_step_aliases_reach_the_same_option(alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, object] = {}
+
+    def fake_generate(prompt: str, **kw: object) -> object:
+        seen.update(kw)
+        raise SystemExit(0)
+
+    monkeypatch.setattr("difforge.api.generate", fake_generate)
+    res = CliRunner().invoke(cli.app, ["generate", "-p", "x", alias, "7", "--guidance-scale", "3",
+                                       "--model-path", "tiny-ursa"])
+    assert res.exit_code == 0, res.output
+    assert seen["steps"] == 7 and seen["guidance"] == 3.0 and seen["model"] == "tiny-ursa"
+
+
+def test_true_cfg_scale_and_model_path_aliases_on_edit(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    seen: dict[str, object] = {}
+
+    def fake_edit(images: object, prompt: str, **kw: object) -> object:
+        seen.update(kw)
+        raise SystemExit(0)
+
+    monkeypatch.setattr("difforge.api.edit", fake_edit)
+    res = CliRunner().invoke(cli.app, ["edit", "-i", "a.png", "-p", "x", "--true-cfg-scale", "2.5",
+                                       "--model_path", "m", "--num_inference_steps", "9"])
+    assert res.exit_code == 0, res.output
+    assert seen["true_cfg"] == 2.5 and seen["model"] == "m" and seen["steps"] == 9

@@ -54,8 +54,35 @@ def friendly_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def _version(value: bool) -> None:
+    if value:
+        from .version import __version__
+
+        typer.echo(f"difforge {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print difforge's version and exit.")] = False,
+) -> None:
+    """difforge: run diffusion image models on any accelerator (Ascend NPU first) and prove the port works."""
+
+
 # ---- shared options -----------------------------------------------------------------------------
-Model = Annotated[str, typer.Option("--model", "-m", help="Model folder or built-in name (tiny-ursa, tiny-qwen-edit ...).")]
+#: The spellings users bring from diffusers / the seed scripts are accepted beside difforge's own.
+MODEL_NAMES = ("--model", "-m", "--model-path", "--model_path")
+STEP_NAMES = ("--steps", "--num-inference-steps", "--num_inference_steps", "--num-steps", "--num_steps")
+#: ``--fast`` / ``--disable`` names per family, for --help (tests/test_cli.py checks they are the families').
+URSA_EXACT = "lm-head-slice, reuse-first-forward, rope-cache, pinned-draws"
+URSA_FAST = "unguided-tail, device-rng"
+QWEN_EXACT = "batched-cfg, real-rope, npu-attention"
+QWEN_FAST = "first-block-cache[=threshold], taylorseer[=interval]"
+Model = Annotated[str, typer.Option(*MODEL_NAMES, help="Model folder or built-in name (tiny-ursa, tiny-qwen-edit ...).")]
+GenModel = Annotated[str, typer.Option(*MODEL_NAMES, help="URSA model folder or built-in name (tiny-ursa).")]
+EditModel = Annotated[str, typer.Option(
+    *MODEL_NAMES, help="Qwen-Image-Edit model folder or built-in name (tiny-qwen-edit).")]
 Device = Annotated[str, typer.Option(help="auto, cpu, cuda[:i], npu[:i], mps, xpu.")]
 Dtype = Annotated[str, typer.Option(help="auto, float32, bfloat16, float16.")]
 Seed = Annotated[int, typer.Option(help="Seed of the CPU generator all noise comes from.")]
@@ -79,21 +106,26 @@ def _report(result: Any, record_path: Path | None, quiet: bool) -> None:
 @friendly_errors
 def generate(
     prompt: Annotated[str, typer.Option("--prompt", "-p", help="Text prompt.")],
-    model: Model = "tiny-ursa",
-    negative_prompt: Annotated[str | None, typer.Option(help="Negative prompt.")] = None,
+    model: GenModel = "tiny-ursa",
+    negative_prompt: Annotated[str | None, typer.Option("--negative-prompt", "--negative_prompt",
+                                                        help="Negative prompt.")] = None,
     height: Annotated[int | None, typer.Option(help="Image height (multiple of the VAE stride).")] = None,
     width: Annotated[int | None, typer.Option(help="Image width (multiple of the VAE stride).")] = None,
-    steps: Annotated[int, typer.Option(help="Denoising steps (>= 2).")] = 25,
-    guidance: Annotated[float, typer.Option(help="Classifier-free guidance scale.")] = 7.0,
+    steps: Annotated[int, typer.Option(*STEP_NAMES, help="Denoising steps (>= 2).")] = 25,
+    guidance: Annotated[float, typer.Option("--guidance", "--guidance-scale", "--guidance_scale",
+                                            help="Classifier-free guidance scale.")] = 7.0,
     guidance_trunc: Annotated[float, typer.Option(help="Guidance off once t >= this.")] = 0.9,
-    num_frames: Annotated[int, typer.Option(help="Frames (video models).")] = 1,
+    num_frames: Annotated[int, typer.Option("--num-frames", "--num_frames",
+                                            help="Frames (video checkpoints only; image checkpoints take 1).")] = 1,
     seed: Seed = 0,
     device: Device = "auto",
     dtype: Dtype = "auto",
     offload: Offload = "none",
     use_compile: Annotated[bool, typer.Option("--compile", help="torch.compile the repeated blocks (torchair on NPU).")] = False,
-    fast: Annotated[list[str] | None, typer.Option(help="Opt-in approximate optimisation (repeatable).")] = None,
-    disable: Annotated[list[str] | None, typer.Option(help="Switch off an exact optimisation (repeatable).")] = None,
+    fast: Annotated[list[str] | None, typer.Option(
+        help=f"Opt-in approximate optimisation (repeatable): {URSA_FAST}.")] = None,
+    disable: Annotated[list[str] | None, typer.Option(
+        help=f"Switch off an exact optimisation (repeatable): {URSA_EXACT}.")] = None,
     output: Annotated[Path, typer.Option("--output", "-o", help="out.png, or out.gif/.webp/.mp4 for video.")] = Path(
         "out.png"
     ),
@@ -132,10 +164,12 @@ def generate(
 def edit(
     image: Annotated[list[Path], typer.Option("--image", "-i", help="Reference image (repeat for Plus models).")],
     prompt: Annotated[str, typer.Option("--prompt", "-p", help="Edit instruction.")],
-    model: Model = "tiny-qwen-edit",
-    negative_prompt: Annotated[str | None, typer.Option(help="Negative prompt (true CFG needs one).")] = " ",
-    steps: Annotated[int, typer.Option(help="Denoising steps (>= 2).")] = 50,
-    true_cfg: Annotated[float, typer.Option(help="True classifier-free guidance scale.")] = 4.0,
+    model: EditModel = "tiny-qwen-edit",
+    negative_prompt: Annotated[str | None, typer.Option("--negative-prompt", "--negative_prompt",
+                                                        help="Negative prompt (true CFG needs one).")] = " ",
+    steps: Annotated[int, typer.Option(*STEP_NAMES, help="Denoising steps (>= 2).")] = 50,
+    true_cfg: Annotated[float, typer.Option("--true-cfg", "--true-cfg-scale", "--true_cfg_scale",
+                                            help="True classifier-free guidance scale.")] = 4.0,
     seed: Seed = 0,
     height: Annotated[int | None, typer.Option(help="Output height (multiple of 16).")] = None,
     width: Annotated[int | None, typer.Option(help="Output width (multiple of 16).")] = None,
@@ -147,8 +181,10 @@ def edit(
         Path | None, typer.Option(help="Transformer-only safetensors (e.g. an FP8 re-pack) replacing the folder's.")
     ] = None,
     use_compile: Annotated[bool, typer.Option("--compile", help="torch.compile the repeated blocks (torchair on NPU).")] = False,
-    fast: Annotated[list[str] | None, typer.Option(help="Opt-in approximate optimisation (repeatable).")] = None,
-    disable: Annotated[list[str] | None, typer.Option(help="Switch off an exact optimisation (repeatable).")] = None,
+    fast: Annotated[list[str] | None, typer.Option(
+        help=f"Opt-in approximate optimisation (repeatable): {QWEN_FAST}.")] = None,
+    disable: Annotated[list[str] | None, typer.Option(
+        help=f"Switch off an exact optimisation (repeatable): {QWEN_EXACT}.")] = None,
     output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the edited image.")] = Path("out.png"),
     record: RecordOpt = None,
     quiet: Quiet = False,
@@ -222,6 +258,9 @@ def validate(
     golden: Annotated[Path | None, typer.Option(
         help="A golden bundle (difforge golden --out): read the reference and floor from it instead of computing "
              "them here.")] = None,
+    msprobe: Annotated[bool, typer.Option(
+        "--msprobe", help="Also write msprobe dumps of the device's and the floor's step 0 and msprobe compare's "
+                          "table (pip install 'difforge[msprobe]').")] = False,
     quiet: Quiet = False,
 ) -> None:
     """Run the acceptance ladder against a reference and write the port report.
@@ -262,6 +301,7 @@ def validate(
         true_cfg=true_cfg,
         negative_prompt=negative_prompt,
         golden=str(golden) if golden else None,
+        msprobe=msprobe,
         quiet=quiet,
     )
     for name, path in result.report_paths.items():
@@ -295,6 +335,9 @@ def golden(
     guidance_trunc: Annotated[float | None, typer.Option(help="Guidance off once t >= this.")] = None,
     true_cfg: Annotated[float | None, typer.Option(help="True classifier-free guidance scale.")] = None,
     negative_prompt: Annotated[str | None, typer.Option(help="Negative prompt.")] = None,
+    msprobe: Annotated[bool, typer.Option(
+        "--msprobe", help="Also store the floor's msprobe dump of step 0 (for validate --golden --msprobe; pip "
+                          "install 'difforge[msprobe]').")] = False,
     quiet: Quiet = False,
 ) -> None:
     """Compute the reference and floor once (any machine) into a bundle that validate --golden compares against.
@@ -309,6 +352,7 @@ def golden(
         prompts=str(prompts) if prompts else None, steps=steps, height=height, width=width, seed=seed, quick=quick,
         transformer=str(transformer) if transformer else None, num_frames=num_frames, guidance=guidance,
         guidance_trunc=guidance_trunc, true_cfg=true_cfg, negative_prompt=negative_prompt, out=str(out), quiet=quiet,
+        msprobe=msprobe,
     )
     size = result.manifest.get("bytes", 0) / (1 << 20)
     typer.echo(f"golden: {result.out} ({size:.1f} MiB, {result.seconds:.0f} s)")

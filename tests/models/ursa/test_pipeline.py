@@ -206,8 +206,13 @@ def test_input_errors(tiny_pipe: URSAPipeline) -> None:
         run(tiny_pipe, prompt="x", height=72, width=64)
     with pytest.raises(StepsError, match="at least 2"):
         run(tiny_pipe, prompt="x", height=64, width=64, steps=1)
-    with pytest.raises(InputError, match="Unknown URSA optimisation"):
+    with pytest.raises(InputError, match="Unknown --disable 'warp-drive' for URSA; --disable takes the exact"):
         run(tiny_pipe, prompt="x", height=64, width=64, steps=2, disable=["warp-drive"])
+    with pytest.raises(InputError, match="Unknown --fast 'rope-cache' for URSA; --fast takes the approximate") as err:
+        run(tiny_pipe, prompt="x", height=64, width=64, steps=2, fast=["rope-cache"])  # an exact name, not --fast's
+    assert "rope-cache" not in str(err.value).split("takes the")[1]
+    with pytest.raises(SizeError, match="image checkpoint"):
+        run(tiny_pipe, prompt="x", height=64, width=64, steps=2, num_frames=9)
     with pytest.raises(InputError, match="text only"):
         tiny_pipe(RunConfig(model="x", height=64, width=64), RunRecord("generate"), images=["a.png"])
 

@@ -28,10 +28,12 @@ StepHook = Callable[[int, dict[str, torch.Tensor], dict[str, torch.Tensor]], Non
 
 def check_optimisation_names(disable: list[str] | tuple[str, ...], fast: list[str] | tuple[str, ...]) -> None:
     """Refuse an unknown ``--disable`` / ``--fast`` name (InputError naming the known ones)."""
-    unknown = sorted(set(disable) - set(EXACT_OPTIMISATIONS)) + sorted(set(fast) - set(FAST_OPTIMISATIONS))
-    if unknown:
-        known = ", ".join(EXACT_OPTIMISATIONS + FAST_OPTIMISATIONS)
-        raise InputError(f"Unknown URSA optimisation name '{unknown[0]}'; known names are {known}.")
+    for flag, given, known, kind in (("--disable", disable, EXACT_OPTIMISATIONS, "exact optimisations"),
+                                     ("--fast", fast, FAST_OPTIMISATIONS, "approximate optimisations")):
+        unknown = sorted(set(given) - set(known))
+        if unknown:
+            raise InputError(f"Unknown {flag} '{unknown[0]}' for URSA; {flag} takes the {kind} "
+                             f"{', '.join(known)}.")
 
 
 def cpu_copy(x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:

@@ -68,6 +68,7 @@ from .scheduler import DFMScheduler
 from .tokenizer import PromptTokenizer, prompt_list
 from .transformer import URSATransformer, run_layer
 from .vae import AutoencoderVQ, to_uint8
+from .vae_fsq import FSQConfig
 
 
 def _phase(record: RunRecord | None, name: str, backend: Backend) -> AbstractContextManager[None]:
@@ -192,6 +193,9 @@ class URSAPipeline:
         if height <= 0 or width <= 0 or height % s or width % s:
             raise SizeError(f"Height and width must be positive multiples of {s} for this model, got {height}x{width}.")
         frames = int(cfg.num_frames)
+        if frames > 1 and not isinstance(self.checkpoint.vae_config, FSQConfig):
+            raise SizeError(f"--num-frames {frames}: this is an image checkpoint (its VAE decodes single pictures, "
+                            "not video); use --num-frames 1, or a video checkpoint (FSQ VAE).")
         if frames < 1 or (frames - 1) % self.temporal_stride:
             raise SizeError(
                 f"num_frames must be 1 plus a multiple of {self.temporal_stride} for this model, got {frames}."
