@@ -22,6 +22,7 @@ from .engine import RunResult, run_pipeline, save_images
 from .errors import InputError
 from .runtime.environment import environment_fingerprint
 from .runtime.images import load_images
+from .runtime.progress import spinner
 from .runtime.record import RunRecord
 
 
@@ -49,7 +50,8 @@ def load_pipeline(
 def _run(cfg: RunConfig, task: str, images: list[Image.Image] | None) -> RunResult:
     engine.check_outputs(cfg)
     record = RunRecord(kind=task)
-    pipeline = load_pipeline(cfg.model, cfg.device, cfg.dtype, cfg=cfg, record=record, task=task)
+    with spinner(f"loading {cfg.model}", cfg.quiet):
+        pipeline = load_pipeline(cfg.model, cfg.device, cfg.dtype, cfg=cfg, record=record, task=task)
     result = run_pipeline(pipeline, cfg, images=images, record=record)
     if cfg.output:
         result.paths = save_images(result.images, cfg.output, record)

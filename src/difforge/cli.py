@@ -18,6 +18,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from .errors import DifforgeError
+from .runtime.progress import spinner
 
 app = typer.Typer(
     add_completion=False,
@@ -133,7 +134,8 @@ def generate(
     quiet: Quiet = False,
 ) -> None:
     """Text-to-image with URSA (native, any device)."""
-    from . import api
+    with spinner("importing torch", quiet):
+        from . import api
 
     result = api.generate(
         prompt,
@@ -190,7 +192,8 @@ def edit(
     quiet: Quiet = False,
 ) -> None:
     """Edit images with Qwen-Image-Edit / 2509 / 2511 (and FP8 re-packs)."""
-    from . import api
+    with spinner("importing torch", quiet):
+        from . import api
 
     result = api.edit(
         [str(p) for p in image],

@@ -27,7 +27,7 @@ from ...config import RunConfig
 from ...devices import Backend
 from ...errors import InputError, SizeError
 from ...runtime.images import load_images
-from ...runtime.progress import track
+from ...runtime.progress import spinner, track
 from ...runtime.record import RunRecord
 from ...runtime.steps import StepTimer
 from ..families import QWEN_EDIT_PLUS
@@ -415,7 +415,7 @@ class QwenEditPipeline:
             latents = self._denoise(cfg, prepared, steps, record, step_hook)
         if self.offload == "before-decode":
             self._release_before_decode()
-        with record.phase("decode", self.backend):
+        with record.phase("decode", self.backend), spinner("decoding", cfg.quiet):
             out = self.decode(latents, prepared.height, prepared.width)
         self.pipe.maybe_free_model_hooks()
         record.extra["tokens"] = self._token_counts(prepared)

@@ -41,7 +41,7 @@ from ...config import RunConfig
 from ...devices import Backend, CompilePolicy, dtype_name
 from ...errors import InputError, SizeError
 from ...ops import select_ops
-from ...runtime.progress import track
+from ...runtime.progress import spinner, track
 from ...runtime.record import RunRecord
 from ...runtime.steps import StepTimer
 from ..families import URSA
@@ -477,7 +477,7 @@ class URSAPipeline:
             self.backend.empty_cache()
             record.adapt("offload", f"{cfg.offload}: transformer moved to cpu before decode",
                          detail="VAE kept on cpu between calls" if cfg.offload in ("model", "sequential") else "")
-        with record.phase("decode", self.backend):
+        with record.phase("decode", self.backend), spinner("decoding", cfg.quiet):
             self.place_vae(self.device)
             frames = self.decode_tokens(tokens)
             if cfg.offload in ("model", "sequential"):
