@@ -371,3 +371,33 @@ def test_true_cfg_scale_and_model_path_aliases_on_edit(monkeypatch: pytest.Monke
                                        "--model_path", "m", "--num_inference_steps", "9"])
     assert res.exit_code == 0, res.output
     assert seen["true_cfg"] == 2.5 and seen["model"] == "m" and seen["steps"] == 9
+
+
+def test_preset_unknown_to_the_cpu_backend_is_one_line_exit_2(tmp_path) -> None:
+    res = CliRunner().invoke(cli.app, ["generate", "-p", "x", "--device", "cpu", "--height", "64", "--width", "64",
+                                       "--steps", "2", "--preset", "ACL_PRECISION_MODE", "-o", str(tmp_path / "o.png")])
+    assert res.exit_code == 2
+    assert "not an opt-in preset of the cpu backend (its opt-in presets: none)" in res.output
+    assert not (tmp_path / "o.png").exists()
+
+
+def test_asked_preset_is_recorded_as_approximate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a backend with an opt-in preset, the engine applies the named one and records it as not exact."""
+    from difforge import engine
+    from difforge.devices import get_backend
+    from difforge.devices.base import EnvPreset
+    from difforge.runtime.record import RunRecord
+
+    backend = get_backend("cpu")
+    monkeypatch.setattr(type(backend), "env_presets",
+                        lambda self: [EnvPreset("DIFFORGE_TEST_OPT_IN", "fast", "a test trade-off", opt_in=True)])
+    monkeypatch.delenv("DIFFORGE_TEST_OPT_IN", raising=False)
+    record = RunRecord(kind="generate")
+    from difforge.config import RunConfig
+
+    cfg = RunConfig(model="tiny-ursa", device="cpu", presets=["DIFFORGE_TEST_OPT_IN=faster"])
+    engine.load_pipeline("tiny-ursa", backend, torch.float32, cfg=cfg, record=record)
+    adapted = {a.what: a for a in record.adaptations}
+    assert adapted["env DIFFORGE_TEST_OPT_IN"].choice == "faster"
+    assert adapted["env DIFFORGE_TEST_OPT_IN"].exact is False
+    monkeypatch.delenv("DIFFORGE_TEST_OPT_IN", raising=False)

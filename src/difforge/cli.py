@@ -89,6 +89,9 @@ Dtype = Annotated[str, typer.Option(help="auto, float32, bfloat16, float16.")]
 Seed = Annotated[int, typer.Option(help="Seed of the CPU generator all noise comes from.")]
 Offload = Annotated[str, typer.Option(help="Memory plan: none, before-decode, model, sequential.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
+Preset = Annotated[list[str] | None, typer.Option(
+    "--preset", help="Apply an opt-in environment preset of the device, NAME or NAME=VALUE (repeatable), e.g. "
+                     "ACL_PRECISION_MODE on the NPU; 'difforge doctor' lists them.")]
 RecordOpt = Annotated[Path | None, typer.Option("--record", help="Write the RunRecord JSON here.")]
 
 
@@ -130,6 +133,7 @@ def generate(
     output: Annotated[Path, typer.Option("--output", "-o", help="out.png, or out.gif/.webp/.mp4 for video.")] = Path(
         "out.png"
     ),
+    preset: Preset = None,
     record: RecordOpt = None,
     quiet: Quiet = False,
 ) -> None:
@@ -154,6 +158,7 @@ def generate(
         compile=use_compile,
         fast=fast or [],
         disable=disable or [],
+        presets=preset or [],
         output=str(output),
         record=str(record) if record else None,
         quiet=quiet,
@@ -188,6 +193,7 @@ def edit(
     disable: Annotated[list[str] | None, typer.Option(
         help=f"Switch off an exact optimisation (repeatable): {QWEN_EXACT}.")] = None,
     output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the edited image.")] = Path("out.png"),
+    preset: Preset = None,
     record: RecordOpt = None,
     quiet: Quiet = False,
 ) -> None:
@@ -213,6 +219,7 @@ def edit(
         compile=use_compile,
         fast=fast or [],
         disable=disable or [],
+        presets=preset or [],
         output=str(output),
         record=str(record) if record else None,
         quiet=quiet,

@@ -95,6 +95,9 @@ class RunConfig:
     compile: bool = False
     fast: list[str] = field(default_factory=list)  # opt-in approximate optimisations, by name
     disable: list[str] = field(default_factory=list)  # exact optimisations switched off, by name
+    #: Opt-in environment presets of the backend, ``NAME`` or ``NAME=VALUE`` (``ACL_PRECISION_MODE`` on the
+    #: NPU); the backend checks the names (``Backend.opt_in_choices``) when the pipeline loads.
+    presets: list[str] = field(default_factory=list)
     # outputs
     output: str | None = None
     record: str | None = None

@@ -153,7 +153,7 @@ def _env_presets(backends: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if user_value is not None:
                 status = "set by user"
             elif preset.opt_in:
-                status = "opt-in (not applied by default)"
+                status = f"opt-in: --preset {preset.name}"
             else:
                 status = "would apply"
             rows.append(

@@ -67,11 +67,18 @@ def load_pipeline(
     """
     cfg = cfg or RunConfig(model=model, device=str(backend.device), dtype=dtype_name(dtype))
     folder, family = resolve_model(model, task=task)
-    presets = backend.apply_env_presets()
+    asked = backend.opt_in_choices(cfg.presets)  # InputError for a name this backend has no opt-in preset for
+    presets = backend.apply_env_presets(asked=asked)
     record = record if record is not None else RunRecord(kind=task or "run")
     record.backend = {**backend.describe(), "dtype": dtype_name(dtype)}
     for name, value in presets.items():
-        record.adapt(f"env {name}", value, exact=True, detail="preset applied because it was unset")
+        if name in asked:  # an opt-in preset trades precision for speed: an approximate adaptation
+            record.adapt(f"env {name}", value, exact=False, detail="opt-in preset asked for with --preset")
+        else:
+            record.adapt(f"env {name}", value, exact=True, detail="preset applied because it was unset")
+    for name in sorted(set(asked) - set(presets)):
+        record.adapt(f"env {name}", os.environ.get(name, ""), exact=False,
+                     detail="--preset asked for it, but the user's exported value was kept")
     try:
         return pipeline_class(family).from_pretrained(folder, backend, dtype, cfg, record, op_overrides=op_overrides)
     except DifforgeError:

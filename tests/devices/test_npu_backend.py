@@ -197,3 +197,23 @@ def test_run_record_phase_reads_npu_peak(npu_standin) -> None:
     names = [name for name, _ in npu._standin_calls]
     # sync + reset before, sync after, then the peak read
     assert names[-4:] == ["synchronize", "reset_peak_memory_stats", "synchronize", "max_memory_allocated"]
+
+
+# ---- opt-in presets asked for by name (--preset) ------------------------------------------------------
+def test_opt_in_preset_named_with_a_value(npu_standin, clean_npu_env) -> None:
+    backend = NPUBackend()
+    asked = backend.opt_in_choices(["ACL_PRECISION_MODE=must_keep_origin_dtype"])
+    assert asked == {"ACL_PRECISION_MODE": "must_keep_origin_dtype"}
+    applied = backend.apply_env_presets(asked=asked)
+    assert applied["ACL_PRECISION_MODE"] == "must_keep_origin_dtype"
+    assert npu_standin.npu._options == {"ACL_PRECISION_MODE": "must_keep_origin_dtype"}
+    assert NPUBackend().opt_in_choices(["ACL_PRECISION_MODE"]) == {"ACL_PRECISION_MODE": "allow_fp32_to_fp16"}
+
+
+def test_unknown_or_empty_opt_in_preset_is_refused(npu_standin, clean_npu_env) -> None:
+    from difforge.errors import InputError
+
+    with pytest.raises(InputError, match="TASK_QUEUE_ENABLE: not an opt-in preset of the npu backend"):
+        NPUBackend().opt_in_choices(["TASK_QUEUE_ENABLE"])  # a default preset, not an opt-in one
+    with pytest.raises(InputError, match="give a value after '='"):
+        NPUBackend().opt_in_choices(["ACL_PRECISION_MODE="])

@@ -45,14 +45,14 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, ClassVar
 
 import torch
 
-from ..errors import DtypeError
+from ..errors import DtypeError, InputError
 from .compile import CompilePolicy, compile_policy
 
 DTYPES: dict[str, torch.dtype] = {
@@ -287,15 +287,42 @@ class Backend(ABC):
         visible = (self.visible_devices_env,) if self.visible_devices_env else ()
         return (*(p.name for p in self.env_presets()), *visible, *self.extra_env_vars)
 
-    def apply_env_presets(self, opt_in: bool = False) -> dict[str, str]:
-        """Set recommended env vars the user has not set; returns (and remembers) what was applied."""
+    def opt_in_choices(self, asked: Sequence[str]) -> dict[str, str]:
+        """``--preset NAME`` / ``NAME=VALUE`` -> {name: value}: the opt-in presets a user asked for.
+
+        An opt-in preset trades precision for speed (``ACL_PRECISION_MODE`` on the NPU), so it is never
+        applied unless named; a name that is not an opt-in preset of this backend is an InputError.
+        """
+        known = {p.name: p for p in self.env_presets() if p.opt_in}
+        out: dict[str, str] = {}
+        for item in asked:
+            name, sep, value = str(item).partition("=")
+            name = name.strip()
+            if name not in known:
+                have = ", ".join(known) or "none"
+                raise InputError(f"--preset {item}: not an opt-in preset of the {self.name} backend (its "
+                                 f"opt-in presets: {have}); 'difforge doctor' lists every backend's.")
+            if sep and not value.strip():
+                raise InputError(f"--preset {item}: give a value after '=', or the name alone for "
+                                 f"{known[name].value}.")
+            out[name] = value.strip() if sep else known[name].value
+        return out
+
+    def apply_env_presets(self, opt_in: bool = False, asked: Mapping[str, str] | None = None) -> dict[str, str]:
+        """Set recommended env vars the user has not set; returns (and remembers) what was applied.
+
+        Opt-in presets apply only when ``opt_in`` or when named in ``asked`` (:meth:`opt_in_choices`,
+        whose value then replaces the preset's); a variable the user exported always wins.
+        """
+        asked = dict(asked or {})
         for preset in self.env_presets():
-            if preset.opt_in and not opt_in:
+            if preset.opt_in and not (opt_in or preset.name in asked):
                 continue
             if preset.name in os.environ:
                 continue
-            os.environ[preset.name] = preset.value
-            self.applied_presets[preset.name] = preset.value
+            value = asked.get(preset.name, preset.value)
+            os.environ[preset.name] = value
+            self.applied_presets[preset.name] = value
         return dict(self.applied_presets)
 
     # ---- kernels and compilers: chosen here, once, for every model --------------------------------

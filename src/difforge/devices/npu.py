@@ -22,6 +22,7 @@ import glob
 import importlib
 import importlib.util
 import os
+from collections.abc import Mapping
 from types import ModuleType
 from typing import Any, ClassVar
 
@@ -205,14 +206,14 @@ class NPUBackend(Backend):
             ),
         ]
 
-    def apply_env_presets(self, opt_in: bool = False) -> dict[str, str]:
+    def apply_env_presets(self, opt_in: bool = False, asked: Mapping[str, str] | None = None) -> dict[str, str]:
         """Set the presets the user has not set; the precision mode also goes through ``set_option``.
 
         torch_npu takes ACL_PRECISION_MODE as a compile option (``torch_npu.npu.set_option``,
         npu/npu_config.py) rather than documenting it as an environment variable, so exporting it
         alone -- as the URSA seed report did -- may not change anything.
         """
-        applied = super().apply_env_presets(opt_in=opt_in)
+        applied = super().apply_env_presets(opt_in=opt_in, asked=asked)
         value = self.applied_presets.get(PRECISION_OPTION)
         if value is not None:
             mod = torch_npu_module()
