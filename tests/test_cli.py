@@ -401,3 +401,64 @@ def test_asked_preset_is_recorded_as_approximate(monkeypatch: pytest.MonkeyPatch
     assert adapted["env DIFFORGE_TEST_OPT_IN"].choice == "faster"
     assert adapted["env DIFFORGE_TEST_OPT_IN"].exact is False
     monkeypatch.delenv("DIFFORGE_TEST_OPT_IN", raising=False)
+
+
+# ---- --json, --perf-dump, --config (issue 11) --------------------------------------------------------
+def _generate(tmp_path, *extra: str):
+    return CliRunner().invoke(cli.app, ["generate", "-p", "a red circle", "--device", "cpu", "--height", "64",
+                                        "--width", "64", "--steps", "3", "-o", str(tmp_path / "o.png"), *extra])
+
+
+def test_json_summary_and_sglang_shaped_perf_dump(tmp_path) -> None:
+    res = _generate(tmp_path, "--json", "--perf-dump", str(tmp_path / "perf.json"))
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)  # stdout holds the JSON and nothing else
+    assert summary["outputs"] == [str(tmp_path / "o.png")] and summary["steps"] == 3
+    assert summary["device"] == "cpu" and len(summary["step_s"]) == 3
+    perf = json.loads((tmp_path / "perf.json").read_text())
+    assert [s["step"] for s in perf["denoise_steps_ms"]] == [0, 1, 2]
+    assert {s["name"] for s in perf["steps"]} >= {"load", "denoise", "decode"}
+    assert perf["total_duration_ms"] >= sum(s["duration_ms"] for s in perf["steps"]) - 1e-6
+    assert "after_denoise" in perf["memory_checkpoints"]
+
+
+def test_perf_dump_may_not_overwrite_the_image(tmp_path) -> None:
+    res = _generate(tmp_path, "--perf-dump", str(tmp_path / "o.png"))
+    assert res.exit_code == 2 and "same file" in res.output
+    assert not (tmp_path / "o.png").exists()
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_config_file_sets_options_and_the_command_line_wins(tmp_path, suffix: str,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, object] = {}
+
+    def fake_generate(prompt: str, **kw: object) -> object:
+        seen.update(kw, prompt=prompt)
+        raise SystemExit(0)
+
+    monkeypatch.setattr("difforge.api.generate", fake_generate)
+    opts = {"num_inference_steps": 7, "--guidance-scale": 3.5, "prompt": "from the file", "fast": ["unguided-tail"],
+            "seed": 5}
+    path = tmp_path / f"c{suffix}"
+    if suffix == ".json":
+        path.write_text(json.dumps(opts))
+    else:
+        import yaml
+
+        path.write_text(yaml.safe_dump(opts))
+    res = CliRunner().invoke(cli.app, ["generate", "--config", str(path), "--seed", "9"])
+    assert res.exit_code == 0, res.output
+    assert seen["steps"] == 7 and seen["guidance"] == 3.5 and seen["prompt"] == "from the file"
+    assert seen["fast"] == ["unguided-tail"] and seen["seed"] == 9  # the flag beats the file
+
+
+@pytest.mark.parametrize(("content", "words"), [("bogus: 1\n", "'bogus' is not an option"),
+                                                 ("- a\n- b\n", "must hold a mapping"),
+                                                 ("steps: [unclosed\n", "is not valid YAML")])
+def test_bad_config_file_is_one_line_exit_2(tmp_path, content: str, words: str) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(content)
+    res = CliRunner().invoke(cli.app, ["generate", "--config", str(path), "-p", "x"])
+    assert res.exit_code == 2 and words in res.output
+    assert len([ln for ln in res.output.splitlines() if ln.strip()]) == 1

@@ -57,6 +57,8 @@ def _run(cfg: RunConfig, task: str, images: list[Image.Image] | None) -> RunResu
         result.paths = save_images(result.images, cfg.output, record)
     if cfg.record:
         record.save(cfg.record)
+    if cfg.perf_dump:
+        record.save_perf_dump(cfg.perf_dump)
     return result
 
 

@@ -93,10 +93,70 @@ Preset = Annotated[list[str] | None, typer.Option(
     "--preset", help="Apply an opt-in environment preset of the device, NAME or NAME=VALUE (repeatable), e.g. "
                      "ACL_PRECISION_MODE on the NPU; 'difforge doctor' lists them.")]
 RecordOpt = Annotated[Path | None, typer.Option("--record", help="Write the RunRecord JSON here.")]
+PerfDump = Annotated[Path | None, typer.Option(
+    "--perf-dump", "--perf-dump-path",
+    help="Write per-stage and per-step milliseconds here, in SGLang-Diffusion's perf-dump JSON shape.")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print a machine-readable summary on stdout (nothing else).")]
 
 
-def _report(result: Any, record_path: Path | None, quiet: bool) -> None:
+def _config_file(ctx: typer.Context, value: Path | None) -> Path | None:
+    """``--config FILE`` (YAML or JSON): its keys become the command's defaults; flags on the command line win.
+
+    Keys are option names with or without the leading dashes, with '-' or '_' (``num_inference_steps``,
+    ``--true-cfg-scale``, ``model_path`` ...); an unknown key, or a file that is not a mapping, is one
+    line and exit 2.
+    """
+    if value is None:
+        return None
+    try:
+        text = Path(value).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        _fail(f"--config {value} cannot be read ({getattr(exc, 'strerror', None) or exc}).", 2)
+    try:
+        if Path(value).suffix.lower() == ".json":
+            data = json.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+    except Exception as exc:
+        _fail(f"--config {value} is not valid {'JSON' if Path(value).suffix.lower() == '.json' else 'YAML'} "
+              f"({' '.join(str(exc).split())[:160]}).", 2)
+    if not isinstance(data, dict):
+        _fail(f"--config {value} must hold a mapping of option names to values.", 2)
+    names: dict[str, str] = {}
+    for param in ctx.command.params:
+        for opt in (*param.opts, param.name or ""):
+            names[opt.lstrip("-").replace("-", "_")] = param.name or ""
+    defaults: dict[str, Any] = {}
+    for key, val in data.items():
+        target = names.get(str(key).lstrip("-").replace("-", "_"))
+        if not target or target == "config":
+            _fail(f"--config {value}: '{key}' is not an option of 'difforge {ctx.info_name}'.", 2)
+        defaults[target] = [str(v) for v in val] if isinstance(val, list) else val
+    ctx.default_map = {**(ctx.default_map or {}), **defaults}
+    return value
+
+
+ConfigOpt = Annotated[Path | None, typer.Option(
+    "--config", callback=_config_file, is_eager=True,
+    help="YAML or JSON file of options (keys as the flags' names); flags given on the command line win.")]
+
+
+def _report(result: Any, record_path: Path | None, quiet: bool, as_json: bool = False,
+            perf_path: Path | None = None) -> None:
     rec = result.record
+    if as_json:
+        typer.echo(json.dumps({
+            "outputs": [str(p) for p in result.paths], "record": str(record_path) if record_path else None,
+            "perf_dump": str(perf_path) if perf_path else None, "device": rec.backend.get("device"),
+            "dtype": rec.backend.get("dtype"), "phases_s": {k: round(v.wall_s, 4) for k, v in rec.phases.items()},
+            "steps": len(rec.step_times_s), "step_s": [round(t, 5) for t in rec.step_times_s],
+            "adaptations": [{"what": a.what, "choice": a.choice, "exact": a.exact} for a in rec.adaptations],
+        }))
+        return
+    if perf_path:
+        typer.echo(f"perf dump: {perf_path}")
     for p in result.paths:
         typer.echo(f"output: {p}")
     if record_path:
@@ -135,6 +195,9 @@ def generate(
     ),
     preset: Preset = None,
     record: RecordOpt = None,
+    perf_dump: PerfDump = None,
+    as_json: AsJson = False,
+    config: ConfigOpt = None,
     quiet: Quiet = False,
 ) -> None:
     """Text-to-image with URSA (native, any device)."""
@@ -161,9 +224,10 @@ def generate(
         presets=preset or [],
         output=str(output),
         record=str(record) if record else None,
-        quiet=quiet,
+        perf_dump=str(perf_dump) if perf_dump else None,
+        quiet=quiet or as_json,
     )
-    _report(result, record, quiet)
+    _report(result, record, quiet or as_json, as_json, perf_dump)
 
 
 @app.command()
@@ -195,6 +259,9 @@ def edit(
     output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the edited image.")] = Path("out.png"),
     preset: Preset = None,
     record: RecordOpt = None,
+    perf_dump: PerfDump = None,
+    as_json: AsJson = False,
+    config: ConfigOpt = None,
     quiet: Quiet = False,
 ) -> None:
     """Edit images with Qwen-Image-Edit / 2509 / 2511 (and FP8 re-packs)."""
@@ -222,9 +289,10 @@ def edit(
         presets=preset or [],
         output=str(output),
         record=str(record) if record else None,
-        quiet=quiet,
+        perf_dump=str(perf_dump) if perf_dump else None,
+        quiet=quiet or as_json,
     )
-    _report(result, record, quiet)
+    _report(result, record, quiet or as_json, as_json, perf_dump)
 
 
 @app.command()

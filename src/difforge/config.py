@@ -101,6 +101,7 @@ class RunConfig:
     # outputs
     output: str | None = None
     record: str | None = None
+    perf_dump: str | None = None  # SGLang-style per-stage / per-step timings (RunRecord.perf_dump)
     quiet: bool = False
 
     def __post_init__(self) -> None:

@@ -195,7 +195,7 @@ def check_outputs(cfg: RunConfig) -> None:
     ``--record`` on ``--output`` would replace the image with JSON; an output on an input image would
     destroy the user's original.
     """
-    for flag, target in (("--output", cfg.output), ("--record", cfg.record)):
+    for flag, target in (("--output", cfg.output), ("--record", cfg.record), ("--perf-dump", cfg.perf_dump)):
         for image in cfg.images if target else ():
             if _same_file(target, image):
                 raise OutputError(
@@ -206,6 +206,10 @@ def check_outputs(cfg: RunConfig) -> None:
             f"--record {cfg.record} is the same file as --output {cfg.output}; the record would replace the"
             " image, so give it its own name (e.g. run.json)."
         )
+    for a_flag, a, b_flag, b in (("--perf-dump", cfg.perf_dump, "--output", cfg.output),
+                                 ("--perf-dump", cfg.perf_dump, "--record", cfg.record)):
+        if a and b and _same_file(a, b):
+            raise OutputError(f"{a_flag} {a} is the same file as {b_flag} {b}; give each its own name.")
     if cfg.output:
         suffixes = IMAGE_SUFFIXES + (VIDEO_SUFFIXES if cfg.num_frames > 1 else ())
         check_output_path(cfg.output, "output", tuple(dict.fromkeys(suffixes)))
@@ -213,3 +217,5 @@ def check_outputs(cfg: RunConfig) -> None:
             raise InputError("Writing .mp4 needs 'imageio[ffmpeg]' (pip install 'difforge[video]'); or write .gif/.webp.")
     if cfg.record:
         check_output_path(cfg.record, "record")
+    if cfg.perf_dump:
+        check_output_path(cfg.perf_dump, "perf-dump")

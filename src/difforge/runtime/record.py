@@ -133,6 +133,31 @@ class RunRecord:
     def save(self, path: str | Path) -> Path:
         return atomic_write_text(Path(path), self.to_json() + "\n")
 
+    def perf_dump(self) -> dict[str, Any]:
+        """The run's timings in SGLang-Diffusion's ``--perf-dump-path`` shape, so the tools people already
+        point at SGLang dumps read difforge's too: ``total_duration_ms``, per-stage ``steps``,
+        ``denoise_steps_ms`` and ``memory_checkpoints`` (plus what ran: device, dtype, difforge version)."""
+        from ..version import __version__
+
+        mib = 1 << 20
+        stages = [{"name": name, "duration_ms": round(p.wall_s * 1000, 3)} for name, p in self.phases.items()]
+        memory = {f"after_{name}": {
+            "peak_allocated_mb": round(p.peak_device_bytes / mib, 1) if p.peak_device_bytes is not None else None,
+            "peak_host_rss_mb": round(p.peak_host_rss_bytes / mib, 1)} for name, p in self.phases.items()}
+        return {
+            "total_duration_ms": round(sum(p.wall_s for p in self.phases.values()) * 1000, 3),
+            "steps": stages,
+            "denoise_steps_ms": [{"step": i, "duration_ms": round(t * 1000, 3)} for i, t in enumerate(self.step_times_s)],
+            "memory_checkpoints": memory,
+            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "difforge_version": __version__,
+            "device": self.backend.get("device"),
+            "dtype": self.backend.get("dtype"),
+        }
+
+    def save_perf_dump(self, path: str | Path) -> Path:
+        return atomic_write_text(Path(path), json.dumps(self.perf_dump(), indent=2) + "\n")
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunRecord:
         data = dict(data)
