@@ -462,3 +462,31 @@ def test_bad_config_file_is_one_line_exit_2(tmp_path, content: str, words: str) 
     res = CliRunner().invoke(cli.app, ["generate", "--config", str(path), "-p", "x"])
     assert res.exit_code == 2 and words in res.output
     assert len([ln for ln in res.output.splitlines() if ln.strip()]) == 1
+
+
+# ---- --prompt-file / --num-images-per-prompt (issue 11) ------------------------------------------------
+def test_prompt_file_batch_numbers_outputs_and_image_k_is_seed_plus_k(tmp_path) -> None:
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("a red circle\n# a comment\na blue square\n")
+    common = ["--device", "cpu", "--height", "64", "--width", "64", "--steps", "2", "--quiet"]
+    res = CliRunner().invoke(cli.app, ["generate", "--prompt-file", str(prompts), "--num-images-per-prompt", "2",
+                                       "--seed", "3", *common, "-o", str(tmp_path / "b" / "out.png"), "--json"])
+    assert res.exit_code == 0, res.output
+    runs = json.loads(res.stdout)
+    assert [(r["prompt"], r["seed"]) for r in runs] == [("a red circle", 3), ("a red circle", 4),
+                                                         ("a blue square", 3), ("a blue square", 4)]
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == [
+        "out_000_00.png", "out_000_01.png", "out_001_00.png", "out_001_01.png"]
+    single = CliRunner().invoke(cli.app, ["generate", "-p", "a blue square", "--seed", "4", *common,
+                                          "-o", str(tmp_path / "one.png")])
+    assert single.exit_code == 0, single.output  # one image of the batch, remade alone: the same bytes
+    assert (tmp_path / "one.png").read_bytes() == (tmp_path / "b" / "out_001_01.png").read_bytes()
+
+
+@pytest.mark.parametrize("args", [[], ["-p", "x", "--prompt-file", "p.txt"], ["-p", "x", "--num-images-per-prompt", "0"]])
+def test_prompt_and_batch_usage_errors(tmp_path, args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.txt").write_text("a\n")
+    res = CliRunner().invoke(cli.app, ["generate", *args, "--device", "cpu", "-o", str(tmp_path / "o.png")])
+    assert res.exit_code == 2, res.output
+    assert not (tmp_path / "o.png").exists()

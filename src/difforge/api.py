@@ -68,6 +68,59 @@ def generate(prompt: str, model: str = "tiny-ursa", **options: Any) -> RunResult
     return _run(cfg, "generate", None)
 
 
+def _numbered(path: str | None, p: int, k: int) -> str | None:
+    """``out.png`` -> ``out_003_01.png`` for prompt 3, image 1 of a batch (None stays None)."""
+    if not path:
+        return path
+    target = Path(path)
+    return str(target.with_name(f"{target.stem}_{p:03d}_{k:02d}{target.suffix}"))
+
+
+def batch(task: str, prompts: Sequence[str], model: str, num_images_per_prompt: int = 1,
+          images: Sequence[str] = (), **options: Any) -> list[RunResult]:
+    """Every prompt (``--prompt-file``) times ``num_images_per_prompt``, on one loaded pipeline.
+
+    Image ``k`` of each prompt uses seed ``seed + k``, so any single image can be remade alone; output,
+    record and perf-dump paths are numbered per prompt and image (``out_003_01.png``).  Every config and
+    output path is checked before the model loads.  The runs are sequential calls, not one batched forward.
+    """
+    if task not in ("generate", "edit"):
+        raise InputError(f"Unknown task '{task}'.")
+    if not prompts:
+        raise InputError("Give at least one prompt (--prompt or --prompt-file).")
+    if not isinstance(num_images_per_prompt, int) or not 1 <= num_images_per_prompt <= 1000:
+        raise InputError(f"--num-images-per-prompt must be a whole number from 1 to 1000, got {num_images_per_prompt!r}.")
+    seed = int(options.pop("seed", 0))
+    pictures = load_images(list(images)) if task == "edit" else None
+    if task == "edit" and not pictures:
+        raise InputError("difforge edit needs at least one --image.")
+    cfgs = []
+    for p, prompt in enumerate(prompts):
+        for k in range(num_images_per_prompt):
+            named = {key: _numbered(options.get(key), p, k) for key in ("output", "record", "perf_dump")}
+            cfg = _config(model=model, prompt=prompt, seed=seed + k, images=list(images),
+                          **{**options, **named})
+            engine.check_outputs(cfg)
+            cfgs.append(cfg)
+    record = RunRecord(kind=task)
+    first = cfgs[0]
+    with spinner(f"loading {first.model}", first.quiet):
+        pipeline = load_pipeline(first.model, first.device, first.dtype, cfg=first, record=record, task=task)
+    results = []
+    for i, cfg in enumerate(cfgs):  # the load is timed once, in the first image's record
+        rec = RunRecord(kind=task, backend=dict(record.backend), adaptations=list(record.adaptations),
+                        phases={"load": record.phases["load"]} if i == 0 and "load" in record.phases else {})
+        result = run_pipeline(pipeline, cfg, images=pictures, record=rec)
+        if cfg.output:
+            result.paths = save_images(result.images, cfg.output, rec)
+        if cfg.record:
+            rec.save(cfg.record)
+        if cfg.perf_dump:
+            rec.save_perf_dump(cfg.perf_dump)
+        results.append(result)
+    return results
+
+
 def edit(
     image: str | Path | Image.Image | Sequence[str | Path | Image.Image],
     prompt: str,

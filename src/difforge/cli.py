@@ -76,8 +76,8 @@ def _main(
 MODEL_NAMES = ("--model", "-m", "--model-path", "--model_path")
 STEP_NAMES = ("--steps", "--num-inference-steps", "--num_inference_steps", "--num-steps", "--num_steps")
 #: ``--fast`` / ``--disable`` names per family, for --help (tests/test_cli.py checks they are the families').
-URSA_EXACT = "lm-head-slice, reuse-first-forward, rope-cache, pinned-draws"
-URSA_FAST = "unguided-tail, device-rng"
+URSA_EXACT = "lm-head-slice, reuse-first-forward, rope-cache, pinned-draws, philox-rng"
+URSA_FAST = "unguided-tail, philox-rng"
 QWEN_EXACT = "batched-cfg, real-rope, npu-attention"
 QWEN_FAST = "first-block-cache[=threshold], taylorseer[=interval]"
 Model = Annotated[str, typer.Option(*MODEL_NAMES, help="Model folder or built-in name (tiny-ursa, tiny-qwen-edit ...).")]
@@ -96,6 +96,11 @@ RecordOpt = Annotated[Path | None, typer.Option("--record", help="Write the RunR
 PerfDump = Annotated[Path | None, typer.Option(
     "--perf-dump", "--perf-dump-path",
     help="Write per-stage and per-step milliseconds here, in SGLang-Diffusion's perf-dump JSON shape.")]
+PromptFile = Annotated[Path | None, typer.Option(
+    "--prompt-file", help="A text file, one prompt a line: one run per prompt on one loaded model.")]
+PerPrompt = Annotated[int, typer.Option(
+    "--num-images-per-prompt", "--num_images_per_prompt",
+    help="Images per prompt (image k uses seed + k; outputs are numbered out_PPP_KK.png).")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print a machine-readable summary on stdout (nothing else).")]
 
 
@@ -143,18 +148,48 @@ ConfigOpt = Annotated[Path | None, typer.Option(
     help="YAML or JSON file of options (keys as the flags' names); flags given on the command line win.")]
 
 
+def _run_task(api: Any, task: str, prompt: str | None, prompt_file: Path | None, per_prompt: int, images: list[str],
+              as_json: bool, record_path: Path | None, perf_path: Path | None, quiet_flag: bool,
+              **options: Any) -> None:
+    """One run (``--prompt``), or a batch (``--prompt-file`` / ``--num-images-per-prompt``) on one loaded model."""
+    if (prompt is None) == (prompt_file is None):
+        _fail("give the prompt with --prompt or a file of prompts with --prompt-file (one of them).", 2)
+    if prompt_file is None and per_prompt == 1:
+        result = api.generate(prompt, **options) if task == "generate" else api.edit(images, prompt, **options)
+        _report(result, record_path, quiet_flag or as_json, as_json, perf_path)
+        return
+    from .validate.inputs import read_prompts
+
+    prompts = [prompt] if prompt is not None else read_prompts(prompt_file, flag="--prompt-file")
+    results = api.batch(task, prompts, num_images_per_prompt=per_prompt, images=images, **options)
+    if as_json:
+        typer.echo(json.dumps([_summary(r, r.record.config.get("record"), r.record.config.get("perf_dump"))
+                               for r in results]))
+        return
+    for r in results:
+        _report(r, None, True)
+    if not quiet_flag:
+        typer.echo(f"{len(results)} runs ({len(prompts)} prompt(s) x {per_prompt})", err=True)
+
+
+def _summary(result: Any, record_path: Any, perf_path: Any) -> dict[str, Any]:
+    rec = result.record
+    return {
+        "prompt": rec.config.get("prompt"), "seed": rec.config.get("seed"),
+        "outputs": [str(p) for p in result.paths], "record": str(record_path) if record_path else None,
+        "perf_dump": str(perf_path) if perf_path else None, "device": rec.backend.get("device"),
+        "dtype": rec.backend.get("dtype"), "phases_s": {k: round(v.wall_s, 4) for k, v in rec.phases.items()},
+        "steps": len(rec.step_times_s), "step_s": [round(t, 5) for t in rec.step_times_s],
+        "adaptations": [{"what": a.what, "choice": a.choice, "exact": a.exact} for a in rec.adaptations],
+    }
+
+
 def _report(result: Any, record_path: Path | None, quiet: bool, as_json: bool = False,
             perf_path: Path | None = None) -> None:
-    rec = result.record
     if as_json:
-        typer.echo(json.dumps({
-            "outputs": [str(p) for p in result.paths], "record": str(record_path) if record_path else None,
-            "perf_dump": str(perf_path) if perf_path else None, "device": rec.backend.get("device"),
-            "dtype": rec.backend.get("dtype"), "phases_s": {k: round(v.wall_s, 4) for k, v in rec.phases.items()},
-            "steps": len(rec.step_times_s), "step_s": [round(t, 5) for t in rec.step_times_s],
-            "adaptations": [{"what": a.what, "choice": a.choice, "exact": a.exact} for a in rec.adaptations],
-        }))
+        typer.echo(json.dumps(_summary(result, record_path, perf_path)))
         return
+    rec = result.record
     if perf_path:
         typer.echo(f"perf dump: {perf_path}")
     for p in result.paths:
@@ -169,7 +204,7 @@ def _report(result: Any, record_path: Path | None, quiet: bool, as_json: bool = 
 @app.command()
 @friendly_errors
 def generate(
-    prompt: Annotated[str, typer.Option("--prompt", "-p", help="Text prompt.")],
+    prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="Text prompt.")] = None,
     model: GenModel = "tiny-ursa",
     negative_prompt: Annotated[str | None, typer.Option("--negative-prompt", "--negative_prompt",
                                                         help="Negative prompt.")] = None,
@@ -187,7 +222,9 @@ def generate(
     offload: Offload = "none",
     use_compile: Annotated[bool, typer.Option("--compile", help="torch.compile the repeated blocks (torchair on NPU).")] = False,
     fast: Annotated[list[str] | None, typer.Option(
-        help=f"Opt-in approximate optimisation (repeatable): {URSA_FAST}.")] = None,
+        help=f"Opt-in approximate optimisation (repeatable): {URSA_FAST}. philox-rng is the random stream "
+             "switch, exact in distribution: the portable Philox stream (default on accelerators); "
+             "--disable philox-rng: the reference's CPU stream (default on the CPU).")] = None,
     disable: Annotated[list[str] | None, typer.Option(
         help=f"Switch off an exact optimisation (repeatable): {URSA_EXACT}.")] = None,
     output: Annotated[Path, typer.Option("--output", "-o", help="out.png, or out.gif/.webp/.mp4 for video.")] = Path(
@@ -196,6 +233,8 @@ def generate(
     preset: Preset = None,
     record: RecordOpt = None,
     perf_dump: PerfDump = None,
+    prompt_file: PromptFile = None,
+    num_images_per_prompt: PerPrompt = 1,
     as_json: AsJson = False,
     config: ConfigOpt = None,
     quiet: Quiet = False,
@@ -204,8 +243,8 @@ def generate(
     with spinner("importing torch", quiet):
         from . import api
 
-    result = api.generate(
-        prompt,
+    _run_task(
+        api, "generate", prompt, prompt_file, num_images_per_prompt, [], as_json, record, perf_dump, quiet,
         model=model,
         negative_prompt=negative_prompt,
         height=height,
@@ -227,14 +266,13 @@ def generate(
         perf_dump=str(perf_dump) if perf_dump else None,
         quiet=quiet or as_json,
     )
-    _report(result, record, quiet or as_json, as_json, perf_dump)
 
 
 @app.command()
 @friendly_errors
 def edit(
     image: Annotated[list[Path], typer.Option("--image", "-i", help="Reference image (repeat for Plus models).")],
-    prompt: Annotated[str, typer.Option("--prompt", "-p", help="Edit instruction.")],
+    prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="Edit instruction.")] = None,
     model: EditModel = "tiny-qwen-edit",
     negative_prompt: Annotated[str | None, typer.Option("--negative-prompt", "--negative_prompt",
                                                         help="Negative prompt (true CFG needs one).")] = " ",
@@ -260,6 +298,8 @@ def edit(
     preset: Preset = None,
     record: RecordOpt = None,
     perf_dump: PerfDump = None,
+    prompt_file: PromptFile = None,
+    num_images_per_prompt: PerPrompt = 1,
     as_json: AsJson = False,
     config: ConfigOpt = None,
     quiet: Quiet = False,
@@ -268,9 +308,9 @@ def edit(
     with spinner("importing torch", quiet):
         from . import api
 
-    result = api.edit(
-        [str(p) for p in image],
-        prompt,
+    _run_task(
+        api, "edit", prompt, prompt_file, num_images_per_prompt, [str(p) for p in image], as_json, record, perf_dump,
+        quiet,
         model=model,
         negative_prompt=negative_prompt,
         steps=steps,
@@ -292,7 +332,6 @@ def edit(
         perf_dump=str(perf_dump) if perf_dump else None,
         quiet=quiet or as_json,
     )
-    _report(result, record, quiet or as_json, as_json, perf_dump)
 
 
 @app.command()
