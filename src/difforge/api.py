@@ -171,6 +171,21 @@ def _reference_device(reference: str | None) -> str:
     return parse_reference(reference)[0]
 
 
+def compare(a: str | Path, b: str | Path, floor: str | Path | None = None, out: str | Path | None = None) -> Any:
+    """Pair two folders (or files) of images by name and judge each pair (see :mod:`difforge.validate.compare`);
+    with ``out``, also write report.md/report.json there."""
+    from .report.compare import write_compare_report
+    from .validate.compare import compare as _compare
+    from .validate.options import check_out_dir
+
+    if out is not None:
+        check_out_dir(out)  # before any picture is read
+    result = _compare(a, b, floor)
+    if out is not None:
+        result.report_paths = write_compare_report(result, out)
+    return result
+
+
 def _config(**fields: Any) -> RunConfig:
     known = {f.name for f in dataclasses.fields(RunConfig)}
     unknown = sorted(set(fields) - known)
@@ -183,6 +198,7 @@ def _config(**fields: Any) -> RunConfig:
 
 __all__ = [
     "RunResult",
+    "compare",
     "edit",
     "environment_fingerprint",
     "generate",

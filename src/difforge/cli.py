@@ -477,6 +477,34 @@ def golden(
 
 @app.command()
 @friendly_errors
+def compare(
+    a: Annotated[Path, typer.Argument(help="The device's images: a folder (or one image file).")],
+    b: Annotated[Path, typer.Argument(help="The reference's images, named like A's.")],
+    floor: Annotated[Path | None, typer.Option(
+        help="Images of a trusted run at the device's precision, named like B's: pairs are judged against it.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Write report.md and report.json here.")] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Compare images made elsewhere (another engine, another device) with a reference, pair by pair.
+
+    Exit 0 PASS/WARN, 1 FAIL (a pair beyond its bound), 2 bad usage.
+    """
+    from . import api
+
+    result = api.compare(a, b, floor=floor, out=out)
+    if as_json:
+        typer.echo(json.dumps(result.to_dict(), default=str))
+    else:
+        for p in result.pairs:
+            typer.echo(f"{p.verdict}  {p.name}: {p.why}")
+        for path in getattr(result, "report_paths", {}).values():
+            typer.echo(f"report: {path}")
+        typer.echo(f"verdict: {result.verdict}")
+    raise typer.Exit(result.exit_code)
+
+
+@app.command()
+@friendly_errors
 def doctor(as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False) -> None:
     """What is installed and usable here: devices, versions, presets, attention/compile backends."""
     from .doctor import collect_doctor, render_doctor
