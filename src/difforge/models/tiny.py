@@ -17,6 +17,7 @@ from pathlib import Path
 from safetensors import SafetensorError
 
 from ..errors import OutputError
+from ..runtime.hashes import difforge_home
 from .families import QWEN_EDIT, QWEN_EDIT_PLUS, URSA
 
 #: The built-in models: name -> family.
@@ -45,11 +46,6 @@ def _builder(name: str) -> Callable[[Path], None]:
 
     plus = name == "tiny-qwen-edit-plus"
     return lambda folder: build_tiny_qwen_edit(folder, plus=plus)
-
-
-def difforge_home() -> Path:
-    """Cache folder for built tiny checkpoints (``DIFFORGE_HOME``, default ``~/.cache/difforge``)."""
-    return Path(os.environ.get("DIFFORGE_HOME") or Path.home() / ".cache" / "difforge")
 
 
 def tiny_path(name: str) -> Path:

@@ -33,6 +33,7 @@ from PIL import Image
 
 from ..errors import InputError
 from ..runtime.atomic import atomic_save
+from ..runtime.hashes import file_sha256
 from ..runtime.record import sha256_file
 from ..version import __version__
 
@@ -154,16 +155,17 @@ def weight_hashes(folder: Path, transformer_file: str | None = None) -> dict[str
     """sha256 of every file of the model folder (relative path -> digest), and of ``--transformer``.
 
     Every file counts (configs as well as weights): a bundle made from another model, or the same
-    model with one changed file, is refused.  Hidden files and folders (caches) are left out.
+    model with one changed file, is refused.  Hidden files and folders (caches) are left out.  Large
+    files are hashed once (:func:`~difforge.runtime.hashes.file_sha256`, cached by size, mtime, inode).
     """
     out: dict[str, str] = {}
     for path in sorted(folder.rglob("*")):
         rel = path.relative_to(folder)
         if any(part.startswith(".") for part in rel.parts) or not path.is_file():
             continue
-        out[rel.as_posix()] = sha256_file(path)
+        out[rel.as_posix()] = file_sha256(path)
     if transformer_file:
-        out[f"--transformer {Path(transformer_file).name}"] = sha256_file(transformer_file)
+        out[f"--transformer {Path(transformer_file).name}"] = file_sha256(transformer_file)
     return out
 
 
