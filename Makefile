@@ -14,7 +14,15 @@ PARITY_TESTS := tests/models/ursa/test_pipeline.py tests/models/ursa/test_video_
 	tests/models/ursa/test_vae_fsq.py tests/models/ursa/test_parity_bounds.py tests/models/ursa/test_transformer.py \
 	tests/models/ursa/test_scheduler.py tests/models/ursa/test_perf_exact.py
 
-.PHONY: demo test test-parity lint bench-tiny clean venv
+# The optional msprobe extra (validate/golden --msprobe) lives in its own virtualenv layered on .venv (a .pth
+# file adds .venv's site-packages), so the main suite never imports msprobe's ~430 MB of dependencies and
+# torch stays constraints.txt's pin (the extra does not pull torch).  `make test-msprobe` runs its test file.
+MSPROBE_VENV  := .venv-msprobe
+MSPROBE_PY    := $(MSPROBE_VENV)/bin/python
+MSPROBE_STAMP := $(MSPROBE_VENV)/.installed
+MSPROBE_TESTS := tests/validate/test_msprobe.py
+
+.PHONY: demo test test-parity test-msprobe msprobe-venv lint bench-tiny clean venv
 
 venv: $(STAMP)
 
@@ -37,6 +45,19 @@ test-parity: $(STAMP)
 	  ATEN_CPU_CAPABILITY=$$cap DIFFORGE_HOME=$(CURDIR)/.difforge-home-$$cap $(PY) -m pytest -n 2 -p no:cacheprovider $(PARITY_TESTS) || exit 1; \
 	done
 
+msprobe-venv: $(MSPROBE_STAMP)
+
+$(MSPROBE_STAMP): $(STAMP)
+	test -x $(MSPROBE_PY) || $(PY) -m venv $(MSPROBE_VENV)
+	$(PY) -c 'import sysconfig; print("import site; site.addsitedir(%r)" % sysconfig.get_paths()["purelib"])' \
+	  > "$$($(MSPROBE_PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/_difforge_base.pth"
+	$(MSPROBE_PY) -m pip install -q -c constraints.txt -e '.[msprobe]'
+	$(MSPROBE_PY) -c 'import msprobe, torch, difforge.validate.msprobe_view as v; assert v.available(); print("msprobe", v.version(), "torch", torch.__version__)'
+	touch $@
+
+test-msprobe: $(MSPROBE_STAMP)
+	$(MSPROBE_PY) -m pytest -p no:cacheprovider --durations=5 $(MSPROBE_TESTS)
+
 lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks scripts
 
@@ -45,4 +66,4 @@ bench-tiny: $(STAMP)
 	$(PY) -m benchmarks.bench_qwen_edit --tiny
 
 clean:
-	rm -rf $(VENV) demo-out .difforge-home .difforge-home-* .pytest_cache
+	rm -rf $(VENV) $(MSPROBE_VENV) demo-out .difforge-home .difforge-home-* .pytest_cache

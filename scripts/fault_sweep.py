@@ -8,6 +8,16 @@ Runs, each as its own subprocess through the real CLI (``python -m tests.validat
   a fault that fired and ends in FAIL is caught; WARN or PASS is missed; a fault that never fired
   is "not reached" (the model never calls that function in bf16/fp16) and counts for neither.
 
+Localisation (issue 10: the first divergent layer named for >= 70 % of the faults that sit in the
+transformer): before the runs, :func:`tests.validate.localisation.expected_blocks` replays one
+teacher-forced step of each model in bf16 inside each fault, with hooks on the transformer's blocks,
+and records where the fault first changes a result (the *expected* first divergent block; a fault that
+first does so outside the transformer or never during that forward does not sit in it and is not
+scored).  Each fault run's report.json ``rungs.step.data.localisation.first_divergent`` is then
+compared with it; a run without a step localisation (caught by other rungs only, or not at all)
+counts as not named.  ``--no-localisation`` skips the replays; ``--from-json ... --remeasure`` replays
+them again for a previous sweep's kept reports.
+
 Everything is read from outside validate: the exit code, the ``{"fault", "fired"}`` file fault_cli
 writes, and the report.json validate writes (overall verdict and reasons, per-rung verdicts and
 summaries, and every judged measurement).  The measurements are read generically: per rung and
@@ -77,6 +87,12 @@ class Run:
     error: str | None = None
     #: The clean run of the same model and seed, if the sweep has one: its FAILing rungs.
     baseline_fail: list[str] | None = None
+    #: report.json's step localisation: {step, seed, first_divergent, after_blocks}; None when the step
+    #: rung localised nothing (no WARN/FAIL step, or no step rung).
+    localisation: dict[str, Any] | None = None
+    #: Where the fault first fires in a teacher-forced bf16 transformer forward
+    #: (:meth:`tests.validate.localisation.FirstFire.to_dict`); None when not measured.
+    expected: dict[str, Any] | None = None
 
     @property
     def clean(self) -> bool:
@@ -109,6 +125,25 @@ class Run:
         if self.baseline_fail and not self.new_fail_rungs:
             return "unattributed"
         return "caught"
+
+    @property
+    def scored(self) -> bool:
+        """A fault run whose localisation is scored: the fault sits in the transformer."""
+        return not self.clean and bool(self.expected and self.expected.get("sits_in_transformer"))
+
+    @property
+    def named(self) -> str:
+        """What validate named: a block, "after the last block", or "-" (no step localisation)."""
+        if not self.localisation:
+            return "-"
+        return self.localisation.get("first_divergent") or "after the last block"
+
+    @property
+    def named_correctly(self) -> bool:
+        """validate's first divergent block is the expected one (None = after the last block)."""
+        if not self.scored or not self.localisation:
+            return False
+        return self.localisation.get("first_divergent") == (self.expected or {}).get("expected")
 
 
 def numeric(value: Any) -> float | None:
@@ -199,6 +234,10 @@ def read_report(run: Run) -> None:
             if c is not None and math.isfinite(c) and (closest is None or c > closest["closeness"]):
                 closest = {"rung": key, **q}
     run.closest = closest
+    step = (data.get("rungs") or {}).get("step") or {}
+    loc = (step.get("data") or {}).get("localisation")
+    run.localisation = ({k: loc.get(k) for k in ("step", "seed", "first_divergent", "after_blocks")}
+                        if isinstance(loc, dict) else None)
 
 
 def command(model: str, fault: str, seed: int, out: str, extra: list[str]) -> list[str]:
@@ -273,6 +312,75 @@ def table(runs: list[Run]) -> list[str]:
                  f"{r.seconds:.0f}", closest_text(r) if r.verdict else (r.error or "")]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return lines
+
+
+def localisation_table(runs: list[Run]) -> list[str]:
+    """Markdown table of every fault run that fired: where the fault first fires, what validate named."""
+    head = ["model", "fault", "first fires", "expected first divergent", "named by validate", "at step", "correct"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in runs:
+        if r.clean or r.expected is None or not (r.fired or r.expected.get("fired")):
+            continue
+        e = r.expected
+        where = str(e.get("where"))
+        if e.get("block"):
+            where = f"{where} {e['block']}"
+        loc = r.localisation or {}
+        cells = [r.model, r.fault, where, (e.get("expected") or "after the last block") if r.scored else
+                 "(not in the transformer)", r.named,
+                 f"{loc.get('step')} (seed {loc.get('seed')})" if loc else "-",
+                 ("yes" if r.named_correctly else "no") if r.scored else "not scored"]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return lines
+
+
+def localisation_summary(runs: list[Run]) -> dict[str, Any]:
+    """Named correctly / scored, in all and per model."""
+    scored = [r for r in runs if r.scored]
+    per_model: dict[str, list[int]] = {}
+    for r in scored:
+        n = per_model.setdefault(r.model, [0, 0])
+        n[0] += r.named_correctly
+        n[1] += 1
+    return {"named_correctly": sum(r.named_correctly for r in scored), "scored": len(scored),
+            "per_model": per_model,
+            "wrong": [f"{r.model}/{r.fault} (expected {r.expected.get('expected') if r.expected else None}, "
+                      f"named {r.named})" for r in scored if not r.named_correctly]}
+
+
+def localisation_lines(loc: dict[str, Any]) -> list[str]:
+    if not loc["scored"]:
+        return []
+    pct = 100.0 * loc["named_correctly"] / loc["scored"]
+    per = "; ".join(f"{m} {a} / {b}" for m, (a, b) in loc["per_model"].items())
+    lines = [f"localisation: {loc['named_correctly']} / {loc['scored']} faults that sit in the transformer "
+             f"named correctly ({pct:.1f} %; {per})"]
+    if loc["wrong"]:
+        lines.append("localisation wrong or missing: " + ", ".join(loc["wrong"]))
+    return lines
+
+
+def measure_expected(runs: list[Run], threads: int) -> float:
+    """Fill every fault run's ``expected`` (one replay per model, in this process); returns seconds."""
+    import torch
+    from tests.validate.localisation import expected_blocks
+
+    t0 = time.perf_counter()
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for model in dict.fromkeys(r.model for r in runs if not r.clean):
+            names = [r.fault for r in runs if r.model == model and not r.clean]
+            seed = next(r.seed for r in runs if r.model == model and not r.clean)
+            args = MODEL_ARGS.get(model, [])
+            size = {flag: int(args[k + 1]) for k, flag in enumerate(args[:-1]) if flag in ("--height", "--width")}
+            found = expected_blocks(model, names, seed=seed, **{k.lstrip("-"): v for k, v in size.items()})
+            for r in runs:
+                if r.model == model and r.fault in found:
+                    r.expected = found[r.fault].to_dict()
+    finally:
+        torch.set_num_threads(old)
+    return time.perf_counter() - t0
 
 
 def link_baselines(runs: list[Run]) -> None:
@@ -361,7 +469,13 @@ def finish(done: list[Run], wall: float, jobs: int, threads: int, json_path: Pat
     s["wall_seconds"] = wall
     s["jobs"] = jobs
     s["threads"] = threads
-    lines = [*table(done), "", *summary_lines(s), f"wall time: {wall:.0f} s with --jobs {jobs}"]
+    loc = localisation_summary(done)
+    s["localisation"] = loc
+    lines = [*table(done), "", *summary_lines(s), *localisation_lines(loc), f"wall time: {wall:.0f} s with --jobs {jobs}"]
+    if loc["scored"] or any(r.expected for r in done):
+        lines += ["", "Localisation (expected = the block where the fault first changes a result (its first "
+                  "effective fire) in a teacher-forced bf16 transformer forward; named = report.json step localisation first_divergent):", "",
+                  *localisation_table(done)]
     print("\n".join(lines))
     if json_path:
         json_path.write_text(json.dumps({"summary": s, "runs": [asdict(r) | {"outcome": r.outcome,
@@ -373,15 +487,21 @@ def finish(done: list[Run], wall: float, jobs: int, threads: int, json_path: Pat
         md_path.write_text("\n".join(lines) + "\n")
 
 
-def reanalyse(source: Path, json_path: Path | None, md_path: Path | None) -> int:
-    """Rebuild the runs of a previous sweep's JSON (exit codes, fired, times) and re-read their reports."""
+def reanalyse(source: Path, json_path: Path | None, md_path: Path | None, remeasure: bool = False,
+              threads: int = 1) -> int:
+    """Rebuild the runs of a previous sweep's JSON (exit codes, fired, times) and re-read their reports;
+    ``remeasure`` replays the faults for their expected blocks again (else the stored ones are used)."""
     old = json.loads(source.read_text())
     done: list[Run] = []
     for r in old["runs"]:
         run = Run(r["model"], r["fault"], r["seed"], r["out"], list(r.get("cmd") or []), r.get("exit_code"),
                   r.get("fired"), float(r.get("seconds") or 0.0))
+        run.expected = r.get("expected")
         read_report(run)
         done.append(run)
+    if remeasure:
+        spent = measure_expected(done, threads)
+        print(f"expected first divergent blocks measured in {spent:.0f} s", file=sys.stderr)
     s = old.get("summary", {})
     finish(done, float(s.get("wall_seconds") or 0.0), int(s.get("jobs") or 1), int(s.get("threads") or 0),
            json_path, md_path)
@@ -403,11 +523,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the report folders")
     ap.add_argument("--json", type=Path, default=None, help="write every run's data here")
     ap.add_argument("--markdown", type=Path, default=None, help="write the table and summary here")
+    ap.add_argument("--no-localisation", action="store_true",
+                    help="do not replay the faults for their expected first divergent block")
+    ap.add_argument("--remeasure", action="store_true",
+                    help="with --from-json: measure the expected first divergent blocks again")
     ap.add_argument("--from-json", type=Path, default=None,
                     help="run nothing: re-read the reports of a previous --json (kept with --keep/--workdir)")
     args = ap.parse_args(argv)
     if args.from_json is not None:
-        return reanalyse(args.from_json, args.json, args.markdown)
+        return reanalyse(args.from_json, args.json, args.markdown, args.remeasure, args.threads or os.cpu_count() or 1)
 
     names = list(fault_catalogue.FAULTS) if args.faults == "all" else parse_list(args.faults)
     unknown = [n for n in names if n not in fault_catalogue.FAULTS]
@@ -420,8 +544,11 @@ def main(argv: list[str] | None = None) -> int:
     runs = plan(parse_list(args.models), names, parse_seeds(args.seeds), args.fault_seed, work,
                 args.extra.split())
     threads = args.threads or max(1, (os.cpu_count() or 1) // max(1, args.jobs))
-    print(f"{len(runs)} runs, {args.jobs} at a time ({threads} threads each), in {work}", file=sys.stderr)
     t0 = time.perf_counter()
+    if not args.no_localisation and any(not r.clean for r in runs):
+        spent = measure_expected(runs, threads * max(1, args.jobs))
+        print(f"expected first divergent blocks measured in {spent:.0f} s", file=sys.stderr)
+    print(f"{len(runs)} runs, {args.jobs} at a time ({threads} threads each), in {work}", file=sys.stderr)
 
     def one(run: Run) -> Run:
         shutil.rmtree(run.out, ignore_errors=True)

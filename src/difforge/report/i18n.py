@@ -40,7 +40,13 @@ TEXT: dict[str, dict[str, str]] = {
         "trajectory": "7.4 Trajectory", "benchmark": "Benchmark",
         "localisation": "First divergent layer",
         "localisation_text": ("Step {step} (seed {seed}) replayed on both sides with hooks on every transformer "
-                              "block; first block with cosine below {threshold}: **{first}**."),
+                              "block; first block {rule}: **{first}**."),
+        "localisation_text_worst": ("Every step passed; the worst one, step {step} (seed {seed}), was still replayed "
+                                    "with hooks on every transformer block (informative: it does not change the "
+                                    "verdict); first block {rule}: **{first}**."),
+        "localisation_rule_floor": "whose output error exceeds {ratio}x the floor's at that block (or cosine < 0.99)",
+        "localisation_rule_cosine": "with cosine below {threshold} (no floor)",
+        "no_block_diverges": "none (every block within the floor rule)",
         "after_blocks": "none of the blocks (the divergence is after them: final norm / head / guidance)",
         "block": "Block",
         "floor_text": ("Noise floor: {floor}, i.e. what the device's precision alone costs on a trusted "
@@ -60,6 +66,23 @@ TEXT: dict[str, dict[str, str]] = {
         "plot_steps": "Per-step error", "plot_times": "Per-step time", "plot_blocks": "Per-block error",
         "generated": "Generated {date} by difforge {version}.",
         "skipped": "skipped",
+        "msprobe": "7.5 msprobe view",
+        "msprobe_how": ("msprobe (the Ascend accuracy tool) can show this validation as its own dumps and per-call "
+                        "table: install it with \"{install}\" and rerun with --msprobe; validate then dumps the "
+                        "device's and the floor's teacher-forced step 0, runs msprobe compare on them and shows its "
+                        "table here, with the commands to reproduce it and to open msprobe graph_visualize."),
+        "msprobe_text": ("msprobe {version} (task {task}, level {level}) dumped {unit}: on the device under test "
+                         "({device_calls} calls and modules) and on {golden} ({golden_calls}). msprobe compare matched "
+                         "{rows} tensor rows ({counts}); the worst are below, msprobe's Result beside difforge's "
+                         "verdict for the same transformer block and op type."),
+        "msprobe_first": "msprobe's first flagged row (execution order): {name} in {module} (block {block}): {result}.",
+        "msprobe_none_flagged": "msprobe flagged no row: its Result is pass on every row.",
+        "msprobe_error": "The msprobe view failed: {error}.",
+        "msprobe_reproduce": ("The dumps (msprobe's own layout), the dump config (config.json: \"task\": \"tensor\" "
+                              "dumps whole tensors) and msprobe's CSV are in this report's msprobe/ folder. Reproduce "
+                              "the comparison and open msprobe's graph view:"),
+        "msprobe_row": "msprobe row", "msprobe_module": "module", "msprobe_dtype": "dtype (device / golden)",
+        "msprobe_result": "msprobe Result", "difforge_block": "difforge (block)", "difforge_op": "difforge (op)",
     },
     "zh": {
         "title": "{model} 在 {device} 上的适配验证报告",
@@ -93,7 +116,12 @@ TEXT: dict[str, dict[str, str]] = {
         "trajectory": "7.4 完整轨迹", "benchmark": "性能基准",
         "localisation": "首个分叉层",
         "localisation_text": ("在两侧以钩子重放第 {step} 步（seed {seed}），逐个比较 transformer block 输出；"
-                              "首个余弦相似度低于 {threshold} 的层：**{first}**。"),
+                              "首个{rule}的层：**{first}**。"),
+        "localisation_text_worst": ("所有步均通过；仍以钩子重放误差最大的第 {step} 步（seed {seed}）（仅供参考，不影响结论）；"
+                                    "首个{rule}的层：**{first}**。"),
+        "localisation_rule_floor": "输出误差超过该层噪声基线 {ratio} 倍（或余弦 < 0.99）",
+        "localisation_rule_cosine": "余弦相似度低于 {threshold}（无噪声基线）",
+        "no_block_diverges": "无（所有 block 均在噪声基线规则之内）",
         "after_blocks": "所有 block 均未分叉（分叉发生在其后：最终归一化 / 输出头 / 引导）",
         "block": "层",
         "floor_text": "噪声基线：{floor}，即在不与被测设备共享任何算子的可信实现上，仅由该精度带来的误差；各级检查以被测设备误差与该基线之比判定（≤2 通过，≤3 警告，否则失败）。",
@@ -108,6 +136,20 @@ TEXT: dict[str, dict[str, str]] = {
         "plot_steps": "逐步误差", "plot_times": "逐步耗时", "plot_blocks": "逐层误差",
         "generated": "报告生成时间：{date}，difforge {version}。",
         "skipped": "跳过",
+        "msprobe": "7.5 msprobe 视图",
+        "msprobe_how": ("msprobe（昇腾精度工具）可将本次验证呈现为其自身的 dump 与逐 API 比对表：执行 \"{install}\" 安装后"
+                        "加 --msprobe 重新运行；validate 将 dump 被测设备与噪声基线的教师强制第 0 步，对其运行 msprobe "
+                        "compare 并在此列出比对表，同时给出复现命令及打开 msprobe graph_visualize 的命令。"),
+        "msprobe_text": ("msprobe {version}（task {task}，level {level}）dump 了{unit}：被测设备（{device_calls} 个 API 与模块）"
+                         "与 {golden}（{golden_calls} 个）。msprobe compare 匹配了 {rows} 行张量（{counts}）；下表列出最差的行，"
+                         "msprobe 的 Result 旁为 difforge 对同一 transformer block 与算子类型的结论。"),
+        "msprobe_first": "msprobe 首个标记的行（按执行顺序）：{name}，位于 {module}（block {block}）：{result}。",
+        "msprobe_none_flagged": "msprobe 未标记任何行：每行 Result 均为 pass。",
+        "msprobe_error": "msprobe 视图失败：{error}。",
+        "msprobe_reproduce": ("dump（msprobe 原生目录结构）、dump 配置（config.json；改为 \"task\": \"tensor\" 可 dump 完整张量）"
+                              "与 msprobe 的 CSV 位于本报告的 msprobe/ 目录。复现比对并打开 msprobe 图可视化："),
+        "msprobe_row": "msprobe 行", "msprobe_module": "模块", "msprobe_dtype": "dtype（设备 / 基准）",
+        "msprobe_result": "msprobe Result", "difforge_block": "difforge（block）", "difforge_op": "difforge（算子）",
     },
 }
 

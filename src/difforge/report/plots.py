@@ -73,19 +73,26 @@ def step_time_plot(bench_data: dict[str, Any] | None) -> bytes | None:
 
 
 def block_plot(localisation: dict[str, Any] | None) -> bytes | None:
-    """1 - cosine of every transformer block's output at the localised step."""
+    """Every transformer block's output at the localised step, by the rule that judged it: its rel-L2 over
+    the floor's at that block (with a floor, the line at the ratio threshold), else 1 - cosine."""
     blocks = (localisation or {}).get("blocks") or []
     if not blocks:
         return None
     fig, ax = plt.subplots(figsize=(7, 3.2))
-    ys = [max(1 - b["cosine"], 1e-12) if b["cosine"] == b["cosine"] else 1.0 for b in blocks]
+    ratio_rule = localisation.get("ratio_threshold") is not None and all(b.get("ratio") is not None for b in blocks)
+    if ratio_rule:
+        ys = [b["ratio"] if b["ratio"] == b["ratio"] else 1e3 for b in blocks]
+        line, label = localisation["ratio_threshold"], "rel-L2 / floor's"
+    else:
+        ys = [max(1 - b["cosine"], 1e-12) if b["cosine"] == b["cosine"] else 1.0 for b in blocks]
+        line, label = 1 - localisation["threshold"], "1 - cosine"
     colours = ["red" if b["divergent"] else "steelblue" for b in blocks]
     ax.bar(range(len(blocks)), ys, color=colours)
     ax.set_yscale("log")
-    ax.axhline(1 - localisation["threshold"], color="red", lw=0.8, ls=":")
+    ax.axhline(line, color="red", lw=0.8, ls=":")
     ax.set_xticks(range(len(blocks)))
     ax.set_xticklabels([b["block"].split(".")[-1] for b in blocks], fontsize=7)
     ax.set_xlabel("block")
-    ax.set_ylabel("1 - cosine")
+    ax.set_ylabel(label)
     ax.set_title(f"block outputs at step {localisation['step']}")
     return _png(fig)

@@ -189,6 +189,66 @@ def _floor_text(t: dict[str, str], traj: RungResult | None, esc: Callable[[Any],
     return t[key].format(floor=esc(traj.data["floor"]))
 
 
+def _msprobe_result(result: str, messages: list[str]) -> str:
+    """msprobe's Result and its messages in one cell: ``error: The dtype ...; The shape ...``."""
+    said = "; ".join(str(m).removeprefix(f"{result}: ").removeprefix("warning: ") for m in messages)
+    return f"{result}: {said}" if said else result
+
+
+def _localisation_text(loc: dict[str, Any] | None, t: dict[str, str], esc: Callable[[Any], Any]) -> str:
+    """Which step was replayed block by block, by which rule, and the block it names."""
+    if not loc:
+        return ""
+    ratio = loc.get("ratio_threshold")
+    rule = (t["localisation_rule_floor"].format(ratio=esc(ratio)) if ratio is not None
+            else t["localisation_rule_cosine"].format(threshold=esc(loc["threshold"])))
+    if loc["first_divergent"]:
+        first = esc(loc["first_divergent"])
+    else:
+        first = t["no_block_diverges"] if loc.get("informative") else t["after_blocks"]
+    key = "localisation_text_worst" if loc.get("informative") else "localisation_text"
+    return t[key].format(step=esc(loc["step"]), seed=esc(loc.get("seed")), rule=rule, first=first)
+
+
+def _msprobe_context(m: dict[str, Any] | None, t: dict[str, str], esc: Callable[[Any], Any],
+                     markdown: bool) -> dict[str, Any]:
+    """The msprobe section (validate/msprobe_view.py's data): the table and its prose, or how to get it."""
+    safe: Callable[[str], Any] = Markup if markdown else (lambda v: v)
+    m = m or {"requested": False, "install": "pip install 'difforge[msprobe]'"}
+    ctx: dict[str, Any] = {"requested": bool(m.get("requested")), "text": "", "first": "", "error": "", "rows": [],
+                           "notes": list(m.get("notes") or []), "commands": list(m.get("commands") or []),
+                           "how": safe(t["msprobe_how"].format(install=esc(m.get("install", ""))))}
+    if not ctx["requested"]:
+        return ctx
+    if m.get("error"):
+        ctx["error"] = safe(t["msprobe_error"].format(error=esc(m["error"])))
+    golden = m.get("golden") or {}
+    if "rows_total" in m:
+        counts = ", ".join(f"{k} {v}" for k, v in sorted((m.get("counts") or {}).items()))
+        ctx["text"] = safe(t["msprobe_text"].format(
+            version=esc(m.get("msprobe")), task=esc(m.get("task")), level=esc(m.get("level")), unit=esc(m.get("unit")),
+            device_calls=esc((m.get("device") or {}).get("calls")), golden=esc(golden.get("label")),
+            golden_calls=esc(golden.get("calls")), rows=esc(m["rows_total"]), counts=esc(counts)))
+        first = m.get("first_flagged")
+        ctx["first"] = safe(t["msprobe_first"].format(
+            name=esc(first["name"]), module=esc(first.get("module") or "–"), block=esc(first.get("block") or "–"),
+            result=esc(first["result"])) if first else t["msprobe_none_flagged"])
+        def pct(x: float | None) -> str:
+            return "–" if x is None else f"{fmt(x)}%"
+
+        for r in m.get("worst") or []:
+            ctx["rows"].append([r["name"], r.get("module") or "–", f"{r['dtype']} / {r['bench_dtype']}",
+                                fmt(r.get("max_diff")), pct(r.get("max_rel")), pct(r.get("norm_rel")),
+                                _msprobe_result(r["result"], r.get("messages") or []),
+                                r.get("difforge_block") or "–", r.get("difforge_op") or "–"])
+    ctx["headers"] = [t["msprobe_row"], t["msprobe_module"], t["msprobe_dtype"], "Max diff", "MaxRelativeErr",
+                      "NormRelativeErr", t["msprobe_result"], t["difforge_block"], t["difforge_op"]]
+    if markdown:
+        ctx["commands"] = [Markup(c) for c in ctx["commands"]]
+        ctx["fence"] = Markup(_code_fence(ctx["commands"]))
+    return ctx
+
+
 def build_context(result: ValidationResult, lang: str, plots: dict[str, bytes], deliverables: list[dict],
                   markdown: bool = False) -> dict:
     """The template context; ``markdown=True``: the prose is pre-escaped and marked safe for report.md."""
@@ -228,11 +288,10 @@ def build_context(result: ValidationResult, lang: str, plots: dict[str, bytes], 
         "rungs": result.rungs,
         "titles": titles,
         "localisation": loc,
-        "localisation_text": t["localisation_text"].format(
-            step=esc(loc["step"]), seed=esc(loc.get("seed")), threshold=esc(loc["threshold"]),
-            first=esc(loc["first_divergent"]) if loc["first_divergent"] else t["after_blocks"]) if loc else "",
+        "localisation_text": _localisation_text(loc, t, esc),
         "floor_text": _floor_text(t, traj, esc),
         "verdict_reasons": d.get("verdict_reasons") or [],
+        "msprobe": _msprobe_context(d.get("msprobe"), t, esc, markdown),
         "gallery": d.get("gallery") or {},
         "notes": d.get("notes", []),
         "sources": [(k, SOURCES[k][0], SOURCES[k][1]) for k in used_sources],

@@ -117,12 +117,19 @@ def make_golden(options: ValidateOptions, log: Any = None) -> GoldenResult:
         inputs = [writer.image(img, f"inputs/input_{k}.png") for k, img in enumerate(lad.images)]
         lad.image_paths = [str(lad.work / name) for name in inputs]
         floor_pipe = lad.load_floor(plan_pipe)
-        dtype_plan = {name: {sub: dtype_name(d) for sub, d in module_dtypes(m, lad.probe(plan_pipe).dtype).items()}
-                      for name, m in lad.probe(plan_pipe).modules().items()}
+        plan = {name: module_dtypes(m, lad.probe(plan_pipe).dtype) for name, m in lad.probe(plan_pipe).modules().items()}
+        dtype_plan = {name: {sub: dtype_name(d) for sub, d in subs.items()} for name, subs in plan.items()}
         lad._probes.pop(id(plan_pipe), None)
         del plan_pipe  # only its dtype plan was needed
         say(f"floor: {lad.floor_label}")
         data = _record(lad, writer, ref_pipe, floor_pipe, say)
+        msprobe = None
+        if options.msprobe:
+            emulated = lad.emulation is not None
+            if emulated:  # the float32 floor (and its rounding hooks) is done with: free it before the dtype copy
+                lad._probes.pop(id(floor_pipe), None)
+                lad.floor_pipe = lad.emulation = floor_pipe = None
+            msprobe = _msprobe_dump(lad, writer, data, ref_pipe, floor_pipe, plan, emulated, say)
         manifest = {
             "format": FORMAT, "format_version": FORMAT_VERSION, "difforge": __version__,
             "torch": torch.__version__, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -136,6 +143,8 @@ def make_golden(options: ValidateOptions, log: Any = None) -> GoldenResult:
             "floor": {"label": lad.floor_label, "kind": data.pop("floor_kind"), "dtype_plan": dtype_plan},
             "notes": list(lad.notes),
         }
+        if msprobe is not None:
+            manifest["msprobe"] = msprobe
         manifest = writer.finish(manifest, data)
         lad.publish()
     except BaseException:
@@ -206,6 +215,25 @@ def _record(lad: Ladder, writer: BundleWriter, ref_pipe: Any, floor_pipe: Any, s
         gallery.append({"prompt": prompt, "image": writer.image(img, f"images/gallery_{k}_reference.png")})
     data["gallery"] = gallery
     return data
+
+
+def _msprobe_dump(lad: Ladder, writer: BundleWriter, data: dict[str, Any], ref_pipe: Any, floor_pipe: Any,
+                  plan: dict[str, dict[str, torch.dtype]], emulated: bool, say: Any) -> dict[str, Any]:
+    """``--msprobe``: the msprobe view's golden side (:mod:`.msprobe_view`), step 0 of the first seed on the
+    reference run's recorded inputs, dumped into the bundle (listed in its SHA256SUMS like every file)."""
+    import gc
+
+    from .bundle import unpack
+    from .msprobe_view import golden_dump
+
+    say("msprobe: the floor's dump of step 0")
+    gc.collect()
+    seed = lad.o.seed
+    inputs = unpack(data["runs"][str(seed)]["ref"]["trace"], writer.tensors)["inputs"][0]
+    entry, paths = golden_dump(lad, lad.work, lad.dut_cfg(seed=seed), inputs, emulated, floor_pipe, ref_pipe, plan)
+    writer.files.extend(paths)
+    writer.bytes += sum(p.stat().st_size for p in paths)
+    return entry
 
 
 # ---- validate's side --------------------------------------------------------------------------

@@ -63,6 +63,9 @@ class ValidateOptions:
     fail_on: str = "fail"
     #: A golden bundle (``difforge golden --out``): the reference and floor are read from it, not computed.
     golden: str | None = None
+    #: Also write msprobe dumps of the device's and the floor's step 0 and msprobe compare's table
+    #: (:mod:`.msprobe_view`; needs ``pip install 'difforge[msprobe]'``).
+    msprobe: bool = False
     # ---- the configuration that ships (``difforge generate``/``edit`` flags) ----------------------------
     #: Transformer-only safetensors (an FP8 re-pack) replacing the folder's: loaded on every side, so the
     #: reference and the floor upcast the same weights and the comparison measures the port, not the
@@ -103,6 +106,10 @@ class ValidateOptions:
             parse_reference(self.floor, flag="--floor")
         if self.fail_on not in ("fail", "warn"):
             raise InputError(f"--fail-on must be 'fail' or 'warn', not '{self.fail_on}'.")
+        if self.msprobe:
+            from .msprobe_view import require
+
+            require()
         check_out_dir(self.out)
 
     def run_overrides(self) -> dict[str, Any]:

@@ -133,6 +133,8 @@ def _reproduce(options: ValidateOptions) -> list[str]:
         args += ["--fail-on", options.fail_on]
     if options.golden:
         args += ["--golden", os.path.abspath(options.golden)]
+    if options.msprobe:
+        args.append("--msprobe")
     args += ["--lang", options.lang, "--out", str(options.out)]
     return [shlex.join(args)]
 
@@ -175,11 +177,15 @@ def run_validation(options: ValidateOptions, write_report: ReportWriter) -> Vali
     if options.golden:
         refuse_reference_flags(options)
         golden = open_golden(options)  # its files, the weights, prompts and pictures: before anything loads
+        if options.msprobe:
+            from .msprobe_view import check_golden
+
+            check_golden(golden, options.golden)
     lad = Ladder(options, golden_ref=golden.reference if golden is not None else None)
     if golden is not None:
         check_settings(golden, options, lad)
         _use_golden_inputs(lad, golden)
-    prog = _Progress(options.quiet, total=10)
+    prog = _Progress(options.quiet, total=11 if options.msprobe else 10)
     t0 = prog.start(f"load {options.model} on {lad.dut_label} and reference {lad.ref_label}")
     lad.prepare_inputs()
     kind = "edit" if lad.probe_type.takes_images else "generate"
@@ -282,6 +288,8 @@ class _Climb:
                 self.data["gallery"] = {"error": short_error(exc)}
                 lad.caveats.append(f"the gallery failed ({short_error(exc)})")
         self.prog.done(None, t0)
+        # 9b. the msprobe view (--msprobe): last, as msprobe patches torch process-wide -------------------------
+        self.data["msprobe"] = self.msprobe(runs)
         # 10. report --------------------------------------------------------------------------------------
         return self.finish()
 
@@ -450,6 +458,17 @@ class _Climb:
             rungs["trajectory"] = _guard("trajectory", lambda: trajectory_rung(runs.traj, label))
         prog.done(rungs["trajectory"], t0)
 
+    def msprobe(self, runs: _RefRuns) -> dict[str, Any]:
+        """msprobe dumps of the device's and the floor's step 0, and msprobe compare's table (see msprobe_view)."""
+        from . import msprobe_view
+
+        if not self.o.msprobe:
+            return msprobe_view.how_to()
+        t0 = self.prog.start("msprobe view (dumps of step 0, msprobe compare)")
+        out = msprobe_view.view(self, runs)
+        self.prog.done(None, t0, out.get("error") or f"{out.get('rows_total', 0)} rows compared")
+        return out
+
     def gallery(self, first_ref: list[Image.Image]) -> dict[str, Any]:
         """Every prompt on the device (and the reference, for pairs); one contact sheet."""
         lad, dut, ref = self.lad, self.dut.pipe, self.ref.pipe
@@ -477,6 +496,11 @@ class _Climb:
     def finish(self) -> ValidationResult:
         lad, data = self.lad, self.data
         t0 = self.prog.start("report")
+        if "msprobe" not in data:  # the climb stopped before the view (the smoke run failed)
+            from .msprobe_view import how_to
+
+            data["msprobe"] = {**how_to(), "requested": True, "error": "not run: the validation stopped before it"
+                               } if self.o.msprobe else how_to()
         ordered = {k: self.rungs[k] for k in RUNGS if k in self.rungs}
         verdict, reasons = overall(ordered, lad.caveats)
         data["verdict_reasons"] = reasons

@@ -274,6 +274,7 @@ def step_rung(dut: Any, ref: Any, runs: list[tuple[RunConfig, StepTrace]], floor
     rows: list[Row] = []
     per_seed: list[dict[str, Any]] = []
     target: tuple[RunConfig, int, dict[str, torch.Tensor], Verdict] | None = None
+    worst: tuple[float, RunConfig, int, dict[str, torch.Tensor]] | None = None
     for cfg, trace in runs:
         label = f"seed {cfg.seed} " if len(runs) > 1 else ""
         seed_rows, series = step_rows(dut, ref, cfg, trace, label, floor)
@@ -284,17 +285,31 @@ def step_rung(dut: Any, ref: Any, runs: list[tuple[RunConfig, StepTrace]], floor
                 target = (cfg, i, trace.inputs[i], Verdict.FAIL)
             elif row.verdict is Verdict.WARN and target is None:
                 target = (cfg, i, trace.inputs[i], Verdict.WARN)
+            ratio = next((m.value for m in row.measurements if m.name == "rel_l2 / floor"), None)
+            if isinstance(ratio, float) and ratio == ratio and (worst is None or ratio > worst[0]):
+                worst = (ratio, cfg, i, trace.inputs[i])
     data: dict[str, Any] = {"seeds": per_seed, "localisation": None}
     result = RungResult.from_rows("step", rows, data=data)
     if target is not None:
         cfg, i, inputs, _ = target
         loc = localise(dut, ref, cfg, i, inputs, floor)
         loc["seed"] = cfg.seed
+        loc["informative"] = False
         data["localisation"] = loc
         where = loc["first_divergent"] or "after the last block (final norm / head)"
         first_bad = next(r.subject for r in rows if r.verdict is result.verdict)
         result.summary = f"first {result.verdict} at {first_bad}; first divergent block: {where}"
     else:
         result.summary = _summary(rows)
+        if worst is not None:
+            # Every step passed: the worst one is still replayed block by block (one more forward), so a
+            # fault the other rungs catch is located here too; informative only, it never changes the verdict.
+            _, cfg, i, inputs = worst
+            loc = localise(dut, ref, cfg, i, inputs, floor)
+            loc["seed"] = cfg.seed
+            loc["informative"] = True
+            data["localisation"] = loc
+            if loc["first_divergent"]:
+                result.summary += f"; at the worst step ({i}) block {loc['first_divergent']} exceeds its floor"
     result.data = data
     return result
