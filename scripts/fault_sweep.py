@@ -245,6 +245,31 @@ def command(model: str, fault: str, seed: int, out: str, extra: list[str]) -> li
             *COMMON_ARGS, *MODEL_ARGS.get(model, []), "--seed", str(seed), *extra, "--out", out]
 
 
+def make_bundles(runs: list[Run], work: Path, extra: list[str], threads: int, log_dir: Path,
+                 timeout: float) -> float:
+    """``--golden``: one clean bundle per (model, seed), each made by ``difforge golden`` in its own process;
+    every run then validates against its bundle (``--golden DIR`` before ``--out``): the two-process flow."""
+    t0 = time.perf_counter()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(threads)}
+    env.setdefault("DIFFORGE_HOME", str(ROOT / ".difforge-home"))
+    bundles: dict[tuple[str, int], str] = {}
+    for run in runs:
+        key = (run.model, run.seed)
+        if key not in bundles:
+            out = work / f"golden__{run.model}__s{run.seed}"
+            shutil.rmtree(out, ignore_errors=True)
+            cmd = [sys.executable, "-m", "difforge", "golden", "--model", run.model, "--dtype", "bfloat16", "--quick",
+                   "--quiet", *MODEL_ARGS.get(run.model, []), "--seed", str(run.seed), *extra, "--out", str(out)]
+            with (log_dir / f"{out.name}.log").open("w") as fh:
+                proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout,
+                                      check=False)
+            if proc.returncode != 0:
+                raise SystemExit(f"difforge golden failed for {key} (exit {proc.returncode}); see {fh.name}")
+            bundles[key] = str(out)
+        run.cmd = [*run.cmd[:-2], "--golden", bundles[key], *run.cmd[-2:]]
+    return time.perf_counter() - t0
+
+
 def execute(run: Run, timeout: float, log_dir: Path, threads: int | None = None) -> Run:
     """Run one validation subprocess (from the repo root) and read what it left; ``threads`` caps its
     torch/OpenMP threads (parallel jobs on a small machine would otherwise oversubscribe it)."""
@@ -527,6 +552,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="do not replay the faults for their expected first divergent block")
     ap.add_argument("--remeasure", action="store_true",
                     help="with --from-json: measure the expected first divergent blocks again")
+    ap.add_argument("--golden", action="store_true",
+                    help="make one clean golden bundle per model and seed first (difforge golden, its own process) and "
+                         "validate every run against it (the two-process golden-then-validate flow)")
     ap.add_argument("--from-json", type=Path, default=None,
                     help="run nothing: re-read the reports of a previous --json (kept with --keep/--workdir)")
     args = ap.parse_args(argv)
@@ -548,6 +576,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_localisation and any(not r.clean for r in runs):
         spent = measure_expected(runs, threads * max(1, args.jobs))
         print(f"expected first divergent blocks measured in {spent:.0f} s", file=sys.stderr)
+    if args.golden:
+        spent = make_bundles(runs, work, args.extra.split(), threads * max(1, args.jobs), logs, args.timeout)
+        print(f"golden bundles made in {spent:.0f} s", file=sys.stderr)
     print(f"{len(runs)} runs, {args.jobs} at a time ({threads} threads each), in {work}", file=sys.stderr)
 
     def one(run: Run) -> Run:

@@ -78,3 +78,25 @@ def test_verdict_reasons_and_missing_floor_are_shown(tmp_path: Path) -> None:
     assert "not a plain PASS" in overview and "operator rung was skipped" in overview
     assert "No noise floor (none (cpu runs none of float16))" in md
     assert "operator rung was skipped" in paths["html"].read_text()
+
+
+def test_pictures_come_first_input_reference_device_difference(tmp_path: Path) -> None:
+    from difforge.runtime.images import test_picture
+    from difforge.validate.gallery import HEAT_MAX_LEVELS, difference_map, strip
+
+    ref = test_picture(64)
+    same = difference_map(ref, ref)
+    assert max(same.convert("L").getextrema()) < 10  # identical pictures: a black map
+    far = difference_map(Image.new("RGB", (64, 64), (255, 255, 255)), Image.new("RGB", (64, 64), (0, 0, 0)))
+    assert min(far.convert("L").getextrema()) > 200 and HEAT_MAX_LEVELS < 255  # saturated: the brightest colour
+    with_input = strip(ref, ref, "npu bfloat16", "cpu float32", input_img=ref)
+    assert with_input.size[0] == 4 * strip(ref, ref, "d", "r").size[0] // 3
+    result, files = _result(tmp_path)
+    s_path = tmp_path / "images" / "gallery_0_strip.png"
+    with_input.save(s_path)
+    result.data["gallery"]["entries"][0]["strip"] = s_path.name
+    paths = write_report(result, tmp_path, lang="en", files=[*files, s_path])
+    md = paths["markdown"].read_text()
+    assert md.index("gallery_0_strip.png") < md.index("## 1. Overview")  # pictures under the verdict, before tables
+    html = paths["html"].read_text()
+    assert html.index('class="strip"') < html.index("<h2>1. Overview</h2>")

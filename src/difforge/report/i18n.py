@@ -38,6 +38,9 @@ TEXT: dict[str, dict[str, str]] = {
                           "printed beside every measurement (✓ pass, ! warning, ✗ fail)."),
         "operator": "7.1 Operators", "component_rung": "7.2 Components", "step": "7.3 Teacher-forced steps",
         "trajectory": "7.4 Trajectory", "benchmark": "Benchmark",
+        "pictures": "Device against reference",
+        "pictures_text": ("Per prompt: the reference, the device under test and where they differ (a heat map of the "
+                          "per-pixel difference); edits show the input first. Judge these before the tables."),
         "localisation": "First divergent layer",
         "localisation_text": ("Step {step} (seed {seed}) replayed on both sides with hooks on every transformer "
                               "block; first block {rule}: **{first}**."),
@@ -114,6 +117,8 @@ TEXT: dict[str, dict[str, str]] = {
         "accuracy_text": "每一级都将被测设备与参考比对；每项指标旁列出阈值及其来源（✓ 通过，! 警告，✗ 失败）。",
         "operator": "7.1 算子级", "component_rung": "7.2 组件级", "step": "7.3 逐步教师强制",
         "trajectory": "7.4 完整轨迹", "benchmark": "性能基准",
+        "pictures": "被测设备与参考对比",
+        "pictures_text": "每个提示词：参考、被测设备，以及二者的差异（逐像素差异热力图）；编辑任务先列出输入图。请先看图，再看表格。",
         "localisation": "首个分叉层",
         "localisation_text": ("在两侧以钩子重放第 {step} 步（seed {seed}），逐个比较 transformer block 输出；"
                               "首个{rule}的层：**{first}**。"),

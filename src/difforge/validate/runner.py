@@ -30,7 +30,7 @@ from .bench import bench_rung
 from .components import component_rung
 from .determinism import determinism_rung
 from .environment import fingerprint
-from .gallery import contact_sheet, pair
+from .gallery import contact_sheet, pair, strip
 from .golden import Golden, Reduced, check_dtype_plan, check_settings, open_golden, refuse_reference_flags
 from .ladder import Ladder, short_error
 from .operators import operator_rung
@@ -487,6 +487,9 @@ class _Climb:
             if r_img is not None:
                 p_path = lad.save_image(pair(d_img, r_img, lad.dut_label, lad.ref_label), f"gallery_{k}_pair.png")
                 entry["pair"] = p_path.name
+                s_path = lad.save_image(strip(d_img, r_img, lad.dut_label, lad.ref_label,
+                                              lad.images[0] if lad.images else None), f"gallery_{k}_strip.png")
+                entry["strip"] = s_path.name
             entries.append(entry)
             sheet_images.append(d_img)
         sheet = lad.save_image(contact_sheet(sheet_images, lad.prompts), "contact_sheet.png")
