@@ -100,3 +100,17 @@ def test_pictures_come_first_input_reference_device_difference(tmp_path: Path) -
     assert md.index("gallery_0_strip.png") < md.index("## 1. Overview")  # pictures under the verdict, before tables
     html = paths["html"].read_text()
     assert html.index('class="strip"') < html.index("<h2>1. Overview</h2>")
+
+
+def test_signoff_block_names_the_weights_inputs_and_a_local_reproduce(tmp_path: Path) -> None:
+    result, files = _result(tmp_path)
+    result.data["signoff"] = {"model": "m_*x*", "folder": "/models/m_*x*", "weights": {"vae/w.safetensors": "ab" * 32},
+                              "inputs": ["images/input_0.png"],
+                              "reproduce_here": "difforge validate --image images/input_0.png --out ../r_1-again"}
+    paths = write_report(result, tmp_path, lang="en", files=files)
+    md = paths["markdown"].read_text()
+    assert "## Sign-off" in md and "ab" * 32 in md and "| Reviewer | Date | Subjective evaluation |" in md
+    assert "difforge validate --image images/input_0.png --out ../r_1-again" in md  # verbatim inside its fence
+    assert r"m\_\*x\*" in md or r"m_\*x\*" in md  # a user's name is escaped in prose
+    zh = write_report(result, tmp_path, lang="zh", files=files)["markdown"].read_text()
+    assert "主观评价" in zh and "评审人" in zh

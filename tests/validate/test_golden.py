@@ -65,6 +65,8 @@ def test_clean_device_passes_against_a_bundle_made_in_another_process(golden: Pa
     assert "golden bundle" in data["floor_label"]
     assert data["golden"]["reference"] == "cpu float32"
     assert "--golden" in data["reproduce"][0]
+    manifest = json.loads((golden / "manifest.json").read_text())
+    assert data["signoff"]["weights"] == manifest["weights"] and data["signoff"]["weights"]  # the same files, hashed
     judged = {k: v["verdict"] for k, v in data["rungs"].items()}
     assert judged["component"] == judged["step"] == judged["trajectory"] == "PASS"
 

@@ -294,6 +294,7 @@ def build_context(result: ValidationResult, lang: str, plots: dict[str, bytes], 
         "msprobe": _msprobe_context(d.get("msprobe"), t, esc, markdown),
         "gallery": d.get("gallery") or {},
         "notes": d.get("notes", []),
+        "signoff": d.get("signoff") or {},
         "sources": [(k, SOURCES[k][0], SOURCES[k][1]) for k in used_sources],
         "deliverables": deliverables,
         "plots": {k: base64.b64encode(v).decode() for k, v in plots.items()},
@@ -308,6 +309,9 @@ def build_context(result: ValidationResult, lang: str, plots: dict[str, bytes], 
         ctx["plot_files"] = {k: Markup(v) for k, v in ctx["plot_files"].items()}
         ctx["fence"] = Markup(_code_fence(reproduce))
         ctx["reproduce"] = [Markup(line) for line in reproduce]  # inside the fence: shown verbatim
+        here = (ctx["signoff"] or {}).get("reproduce_here")
+        if here:
+            ctx["signoff"] = {**ctx["signoff"], "reproduce_here": Markup(here), "fence": Markup(_code_fence([here]))}
     return ctx
 
 

@@ -8,6 +8,7 @@ is the one the report describes), and every family-specific question goes to the
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import MISSING, fields, replace
@@ -211,11 +212,18 @@ class Ladder:
         self.synthetic = True
 
     def save_inputs(self) -> None:
-        """Once DIR exists: save the synthetic test picture the edits use (if any)."""
+        """Once DIR exists: save the synthetic test picture the edits use, or copy the user's pictures (their
+        bytes, so the deliverables hold exactly what was tested, hashed in SHA256SUMS)."""
         if self.synthetic:
             path = self.save_image(self.images[0], "input_synthetic.png")
             self.image_paths = [str(path)]
             self.notes.append("no --image given: edits use a synthetic test picture (input_synthetic.png)")
+            return
+        for k, src in enumerate(self.image_paths):
+            target = self.work / "images" / f"input_{k}{Path(src).suffix.lower() or '.png'}"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            atomic_save(target, lambda tmp, src=src: shutil.copyfile(src, tmp))
+            self.files.append(target)
 
     def check_size(self, pipe: Any) -> None:
         """Height/width must be positive multiples of the model's stride: a SizeError before DIR exists."""

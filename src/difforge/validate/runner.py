@@ -25,8 +25,10 @@ from rich.console import Console
 
 from ..config import RunConfig
 from ..errors import DeviceOutOfMemoryError, DifforgeError
+from ..models.registry import resolve_model
 from ..runtime.record import RunRecord
 from .bench import bench_rung
+from .bundle import weight_hashes
 from .components import component_rung
 from .determinism import determinism_rung
 from .environment import fingerprint
@@ -511,6 +513,7 @@ class _Climb:
                   "seeds": self.seeds}
         data["environment"] = fingerprint(lad.dut_backend, lad.ref_backend, config)
         data["reproduce"] = _reproduce(self.o)
+        data["signoff"] = _signoff(self.o, lad)
         data["config"] = config
         data["quick_reductions"] = list(lad.quick_reductions)
         data["floor_label"] = lad.floor_label
@@ -529,6 +532,23 @@ class _Climb:
         result.report_paths = {k: lad.out / p.relative_to(work) for k, p in paths.items()}
         self.prog.done(None, t0, f"verdict {verdict}: {lad.out}")
         return result
+
+
+def _signoff(options: ValidateOptions, lad: Ladder) -> dict[str, Any]:
+    """What the sign-off names: the model folder, the sha256 of every file in it (read once, cached), the
+    input pictures as copied into the deliverables, and a reproduce command that runs from the report folder
+    on those copies (the report's own reproduce command uses the original absolute paths)."""
+    folder, _family = resolve_model(options.model)
+    inputs = [p for p in lad.files if p.name.startswith("input_")]
+    here = None
+    if options.images and len(inputs) == len(options.images):
+        here = _reproduce(options)[0]
+        for src, copy in zip(options.images, inputs, strict=True):
+            here = here.replace(shlex.quote(os.path.abspath(src)), f"images/{copy.name}")
+        here = here.replace(shlex.quote(str(options.out)), shlex.quote(f"../{Path(options.out).name}-again"))
+    return {"model": options.model, "folder": str(folder.resolve()),
+            "weights": weight_hashes(folder, getattr(options, "transformer", None)),
+            "inputs": [f"images/{p.name}" for p in inputs], "reproduce_here": here}
 
 
 def _golden_summary(golden: Golden) -> dict[str, Any]:
