@@ -146,3 +146,22 @@ def test_what_counts_as_a_previous_report(tmp_path: Path) -> None:
     (out / "report.json").unlink()
     assert not is_report_folder(out)
     assert not is_report_folder(tmp_path)
+
+
+def test_user_pictures_are_copied_byte_for_byte_into_the_deliverables(tmp_path: Path) -> None:
+    from difforge.runtime.images import test_picture
+    from difforge.validate import ValidateOptions
+    from difforge.validate.ladder import Ladder
+
+    src = tmp_path / "in.JPG"
+    test_picture(64).save(src, format="JPEG", quality=90)
+    lad = Ladder(ValidateOptions(model="tiny-qwen-edit", out=tmp_path / "r", device="cpu", dtype="bfloat16",
+                                 images=[str(src)], quiet=True))
+    lad.prepare_inputs()
+    lad.make_out_dir()
+    try:
+        lad.save_inputs()
+        copied = lad.work / "images" / "input_0.jpg"
+        assert copied.read_bytes() == src.read_bytes() and copied in lad.files
+    finally:
+        lad.discard_output()
