@@ -8,16 +8,24 @@ the scheduler step.
 
 Variants, all measured in the same process:
 
-* ``baseline``   - every exact optimisation off, eager (the unoptimised path)
+* ``baseline``   - every exact optimisation off, eager (the unoptimised path), on the backend's random stream
 * ``optimised``  - the exact optimisations on (the default), eager
-* ``compiled``   - optimised + ``cfg.compile`` (regional compile of the decoder layer), with ``--compile``
-* ``device-rng`` - optimised + the opt-in ``device-rng`` draws (another random stream), on accelerators
-  or with ``--fast``
+* ``compiled``   - optimised + ``cfg.compile`` (regional compile of the decoder layer, and of the Philox
+  Gumbel-max block on the Philox stream), with ``--compile``
+* the other random stream - on accelerators (default Philox) the reference's host-drawn CPU stream
+  (``--disable philox-rng``); on the CPU (default reference) the portable Philox stream (``--fast
+  philox-rng``, eager and, with ``--compile``, compiled); with ``--fast`` or ``--draws`` on the CPU
+
+``--draws`` adds one instrumented run per variant that times every random draw (the draw functions
+of :mod:`difforge.models.ursa.sampling`, synchronised around each call) and the whole scheduler step,
+and reports their share of the run: the "time on random draws" figure of issue 12.
 
 Tokens of each variant are compared with the baseline's (``tokens_equal_baseline``): on the CPU in
-float32 the exact variants must match bit for bit.  Nothing here asserts a speed.
+float32 the exact variants must match bit for bit (another stream gives other tokens by design).
+Nothing here asserts a speed.
 
     python -m benchmarks.bench_ursa --tiny --json out.json
+    python -m benchmarks.bench_ursa --medium --threads 1 --draws --compile   # draw share, both streams
     python -m benchmarks.bench_ursa --medium --compile
     python -m benchmarks.bench_ursa --size full --res 1024 --device cuda --dtype float16 --compile
     python -m benchmarks.bench_ursa --size full --flops-only          # FLOPs/step, no weights built
@@ -40,11 +48,14 @@ from benchmarks.common import BenchResult, make_result, print_table, sync, write
 from difforge.config import RunConfig
 from difforge.devices import DTYPES, get_backend
 from difforge.devices.base import Backend
-from difforge.models.ursa.call import EXACT_OPTIMISATIONS
+from difforge.models.ursa import pipeline as ursa_pipeline
+from difforge.models.ursa import scheduler as ursa_scheduler
+from difforge.models.ursa.call import EXACT_OPTIMISATIONS, PHILOX_RNG
 from difforge.models.ursa.config import SchedulerConfig, URSATransformerConfig, VQConfig
 from difforge.models.ursa.loader import URSACheckpoint
 from difforge.models.ursa.pipeline import URSAPipeline
 from difforge.models.ursa.rope import positions
+from difforge.models.ursa.sampling import PhiloxDraws
 from difforge.models.ursa.scheduler import DFMScheduler
 from difforge.models.ursa.transformer import URSATransformer
 from difforge.ops import select_ops
@@ -163,6 +174,52 @@ def _param_shapes(tcfg: URSATransformerConfig) -> list[tuple[int, ...]]:
         return [tuple(p.shape) for p in URSATransformer(tcfg).parameters()]
 
 
+# ------------------------------------------------------------------------------------------- draw timing
+class DrawTimer:
+    """Wall time inside URSA's random-draw functions and inside the scheduler step, synchronised around each call.
+
+    Draws: the reference stream's ``categorical`` (multinomial on the CPU, host exponentials + copy
+    elsewhere), ``uniform``, ``skip_categorical`` and the initial ``random_codes``; the Philox stream's
+    ``categorical_logits`` / ``categorical_weights`` (noise, the log of the weights, argmax), ``uniform``
+    and ``codes``.  The reference's ``softmax`` before its x1 draw is the scheduler's, not a draw.
+    """
+
+    DRAWS = ((ursa_scheduler, "categorical"), (ursa_scheduler, "uniform"), (ursa_scheduler, "skip_categorical"),
+             (ursa_pipeline, "random_codes"), (PhiloxDraws, "categorical_logits"),
+             (PhiloxDraws, "categorical_weights"), (PhiloxDraws, "uniform"), (PhiloxDraws, "codes"))
+    SAMPLER = ((DFMScheduler, "step"), (DFMScheduler, "skip_first_step"))
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.draws_s = self.sampler_s = 0.0
+        self._saved: list[tuple[Any, str, Any]] = []
+
+    def _wrap(self, owner: Any, name: str, kind: str) -> None:
+        fn = getattr(owner, name)
+        self._saved.append((owner, name, fn))
+
+        def timed(*a: Any, **k: Any) -> Any:
+            sync(self.device)
+            t0 = time.perf_counter()
+            out = fn(*a, **k)
+            sync(self.device)
+            setattr(self, kind, getattr(self, kind) + time.perf_counter() - t0)
+            return out
+
+        setattr(owner, name, timed)
+
+    def __enter__(self) -> DrawTimer:
+        for owner, name in self.DRAWS:
+            self._wrap(owner, name, "draws_s")
+        for owner, name in self.SAMPLER:
+            self._wrap(owner, name, "sampler_s")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for owner, name, fn in reversed(self._saved):
+            setattr(owner, name, fn)
+
+
 # ------------------------------------------------------------------------------------------- running
 @dataclass(frozen=True)
 class Variant:
@@ -224,16 +281,30 @@ def run_variant(
         },
     )
     result.forwards_per_step = info["forwards_per_step"]  # fractional with reuse-first-forward
+    result.extra["random_stream"] = info["random_stream"]
+    if args.draws:  # one more run, instrumented: the syncs around each draw are its only difference
+        with DrawTimer(dev) as timer:
+            wall_ms, _, _ = once()
+        result.extra["draws"] = {
+            "run_ms_per_step": wall_ms / args.steps, "draw_ms_per_step": timer.draws_s * 1000.0 / args.steps,
+            "sampler_ms_per_step": timer.sampler_s * 1000.0 / args.steps,
+            "draw_share": timer.draws_s * 1000.0 / wall_ms, "sampler_share": timer.sampler_s * 1000.0 / wall_ms,
+        }
     pipe.set_compile(False)
     return result, runs[-1][1].cpu()
 
 
-def variants(args: argparse.Namespace, device: torch.device) -> list[Variant]:
-    out = [Variant("baseline (exact opts off, eager)", disable=EXACT_OPTIMISATIONS), Variant("optimised (exact)")]
+def variants(args: argparse.Namespace, backend: Backend) -> list[Variant]:
+    exact_off = tuple(n for n in EXACT_OPTIMISATIONS if n != PHILOX_RNG)  # the stream stays the backend's
+    out = [Variant("baseline (exact opts off, eager)", disable=exact_off), Variant("optimised (exact)")]
     if args.compile:
         out.append(Variant("optimised + compile", compile=True, exact=False))
-    if args.fast or device.type != "cpu":
-        out.append(Variant("optimised + device-rng", fast=("device-rng",), compile=args.compile, exact=False))
+    if backend.random_stream == "philox":  # an accelerator: the old host-drawn default, for comparison
+        out.append(Variant("optimised, reference stream", disable=(PHILOX_RNG,), compile=args.compile, exact=False))
+    elif args.fast or args.draws:
+        out.append(Variant("optimised + philox-rng", fast=(PHILOX_RNG,), exact=False))
+        if args.compile:
+            out.append(Variant("optimised + philox-rng + compile", fast=(PHILOX_RNG,), compile=True, exact=False))
     return out
 
 
@@ -246,7 +317,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default=None, help="float32 / bfloat16 / float16 (default: float32 on cpu, else fp16)")
     p.add_argument("--compile", action="store_true", help="also time cfg.compile (regional compile)")
-    p.add_argument("--fast", action="store_true", help="also time the opt-in device-rng draws on the CPU")
+    p.add_argument("--fast", action="store_true", help="also time the portable Philox stream (philox-rng) on the CPU")
+    p.add_argument("--draws", action="store_true",
+                   help="time the random draws and the scheduler step per variant (one instrumented run more)")
     p.add_argument("--steps", type=int, default=None, help="denoising steps per timed run")
     p.add_argument("--warmup", type=int, default=1, help="untimed runs before timing")
     p.add_argument("--repeat", type=int, default=1, help="timed runs (ms/step is their median)")
@@ -289,21 +362,29 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     results: list[BenchResult] = []
     tokens: dict[str, torch.Tensor] = {}
-    for variant in variants(args, backend.device):
+    for variant in variants(args, backend):
         result, toks = run_variant(pipe, variant, latent, args)
         results.append(result)
         tokens[variant.name] = toks
     base = results[0]
     for r in results:
         r.extra["tokens_equal_baseline"] = bool(torch.equal(tokens[r.name], tokens[base.name]))
+        r.notes = "exact" if r.notes == "exact" else (
+            "another random stream (exact in distribution)" if r.extra["random_stream"] != base.extra["random_stream"]
+            else r.notes)
         r.extra["speedup_vs_baseline"] = base.ms_per_step / r.ms_per_step
 
     title = (f"URSA {size.name} {res}x{res}, {dtype}, {backend.device} ({backend.device_name()}), "
              f"CFG {args.guidance:g}, {args.steps} steps, build {build_s:.1f} s")
     print_table(title, results, baseline=base.name)
     for r in results:
-        print(f"  {r.name:<34} fwd/step {r.extra['forwards_per_step']:.3f}  "
+        print(f"  {r.name:<34} fwd/step {r.extra['forwards_per_step']:.3f}  stream {r.extra['random_stream']:<9}  "
               f"tokens equal to baseline: {r.extra['tokens_equal_baseline']}")
+        if "draws" in r.extra:
+            d = r.extra["draws"]
+            print(f"  {'':<34} instrumented run {d['run_ms_per_step']:.1f} ms/step: random draws "
+                  f"{d['draw_ms_per_step']:.1f} ms ({100 * d['draw_share']:.1f} %), scheduler step "
+                  f"{d['sampler_ms_per_step']:.1f} ms ({100 * d['sampler_share']:.1f} %)")
     print("  reference (diffnext) timing: not run - the baseline is difforge's own unoptimised path")
     payload = {
         "benchmark": "ursa", "size": size.name, "res": res, "dtype": str(dtype).removeprefix("torch."),

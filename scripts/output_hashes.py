@@ -44,7 +44,7 @@ def main() -> int:
         ("generate", "tiny-ursa", {"height": 128, "width": 128, "steps": 6,
                                    "disable": ["lm-head-slice", "reuse-first-forward", "rope-cache", "pinned-draws"]}),
         ("generate", "tiny-ursa", {"height": 128, "width": 128, "steps": 6, "fast": ["unguided-tail"]}),
-        ("generate", "tiny-ursa", {"height": 128, "width": 128, "steps": 6, "fast": ["device-rng"]}),
+        ("generate", "tiny-ursa", {"height": 128, "width": 128, "steps": 6, "fast": ["philox-rng"]}),
         ("generate", "tiny-ursa", {"height": 64, "width": 64, "steps": 4, "dtype": "bfloat16"}),
         ("generate", "tiny-ursa-video", {"height": 64, "width": 64, "steps": 4, "num_frames": 5}),
         ("edit", "tiny-qwen-edit", {"steps": 4}),

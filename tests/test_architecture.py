@@ -167,6 +167,10 @@ def test_the_rules_named_in_the_map_exist() -> None:
                    "apply_env_presets", "resolve_dtype"):
         assert callable(getattr(Backend, method)), method
     assert isinstance(Backend.pinned_host_copies, bool)
+    from difforge.devices import RANDOM_STREAMS
+    from difforge.models.ursa.call import random_stream
+
+    assert Backend.random_stream in RANDOM_STREAMS and callable(random_stream)
     assert all(callable(f) for f in (RunConfig.validate, check_steps, pipeline_class, probe_class, load_images,
                                        test_picture))
 

@@ -10,11 +10,11 @@ from benchmarks.bench_ursa import main
 
 def test_tiny_bench_writes_complete_json(tmp_path: Path) -> None:
     out = tmp_path / "ursa.json"
-    main(["--tiny", "--steps", "3", "--warmup", "0", "--fast", "--threads", "1", "--json", str(out)])
+    main(["--tiny", "--steps", "3", "--warmup", "0", "--fast", "--draws", "--threads", "1", "--json", str(out)])
     data = json.loads(out.read_text())
     assert data["size"] == "tiny" and data["device"] == "cpu" and data["steps"] == 3
     names = [r["name"] for r in data["results"]]
-    assert names[0].startswith("baseline") and "optimised (exact)" in names and any("device-rng" in n for n in names)
+    assert names[0].startswith("baseline") and "optimised (exact)" in names and any("philox-rng" in n for n in names)
     for r in data["results"]:
         for key in ("ms_per_step", "forwards_per_step", "tokens_per_forward", "flops_per_step", "tflops"):
             assert r[key] > 0, (r["name"], key)
@@ -22,7 +22,12 @@ def test_tiny_bench_writes_complete_json(tmp_path: Path) -> None:
         assert r["extra"]["speedup_vs_baseline"] > 0 and len(r["extra"]["step_ms"]) == 3
         if r["notes"] == "exact":  # CPU float32: the exact switches must not move a token
             assert r["extra"]["tokens_equal_baseline"], r["name"]
+        draws = r["extra"]["draws"]  # --draws: the instrumented run's draw and scheduler time, and their shares
+        assert draws["draw_ms_per_step"] > 0 and draws["sampler_ms_per_step"] > 0  # draws include the initial codes
+        assert 0 < draws["draw_share"] < 1 and 0 < draws["sampler_share"] < 1
     by_name = {r["name"]: r for r in data["results"]}
+    assert by_name["optimised (exact)"]["extra"]["random_stream"] == "reference"  # the CPU's default
+    assert by_name["optimised + philox-rng"]["extra"]["random_stream"] == "philox"
     assert by_name["optimised (exact)"]["forwards_per_step"] < 1  # reuse-first-forward saved a forward
     assert data["flops"]["flops_per_forward"] > 0 and data["flops"]["ms_at_ceiling"] > 0
 

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from .base import DTYPES, Backend, EnvPreset, dtype_name
+from .base import DTYPES, PHILOX_STREAM, RANDOM_STREAMS, REFERENCE_STREAM, Backend, EnvPreset, dtype_name
 from .compile import CompilePolicy
 from .cpu import CPUBackend
 from .cuda import CUDABackend
@@ -76,6 +76,9 @@ __all__ = [
     "EnvPreset",
     "MPSBackend",
     "NPUBackend",
+    "PHILOX_STREAM",
+    "RANDOM_STREAMS",
+    "REFERENCE_STREAM",
     "XPUBackend",
     "available_backends",
     "dtype_name",

@@ -70,6 +70,15 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+#: The random streams a run can draw from (see :attr:`Backend.random_stream`).
+#: ``philox``: the portable counter-based stream (:mod:`difforge.runtime.philox`), computed on the
+#: run device from (seed, step, position), the same numbers on every backend.
+PHILOX_STREAM = "philox"
+#: ``reference``: the reference implementation's own stream, a CPU ``torch.Generator``
+#: (:meth:`Backend.generator`), drawn on the host in the reference's order and copied to the device.
+REFERENCE_STREAM = "reference"
+RANDOM_STREAMS = (PHILOX_STREAM, REFERENCE_STREAM)
+
 #: Exceptions with which ``torch.accelerator`` says "this device's backend does not implement that":
 #: ``RuntimeError`` (a ``TORCH_CHECK`` in c10, e.g. an allocator that is not a DeviceAllocator),
 #: ``NotImplementedError`` (``TORCH_CHECK_NOT_IMPLEMENTED``) and ``ValueError`` (a device argument its
@@ -131,6 +140,11 @@ class Backend(ABC):
     #: Whether a host-to-device copy from page-locked memory overlaps the host on this device
     #: (cuda, npu, xpu).  URSA's per-step host random draws use it; on the CPU there is no copy.
     pinned_host_copies: ClassVar[bool] = False
+    #: The random stream a run draws from when it does not name one (URSA: ``--fast``/``--disable
+    #: philox-rng``).  Every accelerator draws on the device from the portable Philox stream, so the
+    #: sampler never waits for host draws and a seed gives the same numbers on every backend; the CPU
+    #: backend keeps the reference's own CPU stream (bit-exact parity with the reference).
+    random_stream: ClassVar[str] = PHILOX_STREAM
     #: Whether the device is the host itself: its memory is host memory (estimates count weights and
     #: activations once) and there is nowhere to offload to.
     is_host: ClassVar[bool] = False
@@ -249,7 +263,11 @@ class Backend(ABC):
 
     # ---- randomness -------------------------------------------------------------------------
     def generator(self, seed: int) -> torch.Generator:
-        """A CPU generator: the same seed gives the same noise on every backend (see DESIGN)."""
+        """A CPU generator: the same seed gives the same noise on every backend (see DESIGN).
+
+        This is the ``reference`` stream's source; the ``philox`` stream (:attr:`random_stream`) is
+        keyed by the same seed (``generator(seed).initial_seed()``) and needs no generator object.
+        """
         return torch.Generator("cpu").manual_seed(int(seed))
 
     # ---- dtypes -----------------------------------------------------------------------------
@@ -366,5 +384,6 @@ class Backend(ABC):
             "device_count": self.device_count(),
             "total_memory_bytes": self.total_memory_bytes(),
             "fused_ops": sorted(self.fused_ops),
+            "random_stream": self.random_stream,  # the default; a run's own is in its adaptations
             "env_presets_applied": dict(self.applied_presets),
         }

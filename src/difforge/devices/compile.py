@@ -7,8 +7,9 @@ Regional compile - compiling the repeated decoder layer once instead of the whol
 compile time of a 28-layer transformer to that of one layer, and the compiled graph is reused by
 every layer because the weights are graph inputs.  The choice per device:
 
-* cuda: Inductor, mode ``max-autotune-no-cudagraphs``.  CUDA graphs are left out because the
-  sampler's host draws and data-dependent jump step sit between forwards.
+* cuda: Inductor, mode ``max-autotune-no-cudagraphs``.  CUDA graphs are left out because, on the
+  reference random stream, the sampler's host draws and data-dependent jump step sit between forwards
+  (the default Philox stream has neither; CUDA graphs there are still to be measured).
 * npu: torchair's ``get_npu_backend()`` when torchair is importable (standalone or bundled in
   torch_npu), else eager - Inductor has no Ascend code generator.
 * cpu: Inductor's default mode, only when a C++ compiler is on the PATH (Inductor's CPU code

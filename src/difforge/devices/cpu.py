@@ -14,7 +14,7 @@ from typing import ClassVar
 import psutil
 import torch
 
-from .base import Backend
+from .base import REFERENCE_STREAM, Backend
 
 #: A cgroup memory limit at or above this is "no limit" (v1 reports 2**63 rounded down to a page).
 _UNLIMITED = 1 << 60
@@ -103,6 +103,9 @@ class CPUBackend(Backend):
     # float16 is refused on the CPU: many CPU kernels lack half support or emulate it very slowly;
     # bfloat16 is the reduced-precision dtype to test a port's numerics on a CPU-only machine.
     supported_dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float32, torch.bfloat16)
+    # The float32 reference device: it keeps the reference's own CPU stream, so its tokens are the
+    # reference's bit for bit; ``--fast philox-rng`` gives the tokens an accelerator draws instead.
+    random_stream: ClassVar[str] = REFERENCE_STREAM
 
     @classmethod
     def is_available(cls) -> bool:

@@ -79,10 +79,24 @@ def check_speed_names(family: str, disable: list[str], fast: list[str], compile:
         raise DifforgeError(f"No pipeline for model family '{family}'.")
 
 
+def same_stream_names(family: str, stream_default: str, disable: list[str], fast: list[str]) -> tuple[list[str], list[str]]:
+    """``(disable, fast)`` names that put another side of a comparison (a reference, a floor) on the random
+    stream a run with ``disable``/``fast`` draws from on a backend whose default is ``stream_default``
+    (``Backend.random_stream``).  URSA: ``philox-rng`` either way; other families draw every number from
+    the CPU generator on every device, so they need none."""
+    if family != URSA:
+        return [], []
+    from .ursa.call import PHILOX_RNG, random_stream
+
+    if random_stream(stream_default, disable, fast) == "philox":
+        return [], [PHILOX_RNG]
+    return [PHILOX_RNG], []
+
+
 def probe_for(pipeline: Any) -> Any:
     """The probe of a loaded pipeline (its ``family`` attribute picks the class)."""
     return probe_class(pipeline.family)(pipeline)
 
 
 __all__ = ["QWEN_EDIT", "QWEN_EDIT_PLUS", "URSA", "check_speed_names", "detect_family", "family_of", "pipeline_class",
-           "probe_class", "probe_for", "resolve_model"]
+           "probe_class", "probe_for", "resolve_model", "same_stream_names"]

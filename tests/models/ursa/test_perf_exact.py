@@ -16,9 +16,9 @@ from difforge.devices import CPUBackend
 from difforge.devices.compile import compile_policy
 from difforge.errors import InputError
 from difforge.models.ursa import URSAPipeline
-from difforge.models.ursa.call import EXACT_OPTIMISATIONS, FAST_OPTIMISATIONS
+from difforge.models.ursa.call import EXACT_OPTIMISATIONS, FAST_OPTIMISATIONS, PHILOX_RNG
 from difforge.models.ursa.rope import positions
-from difforge.models.ursa.sampling import Draws, categorical, device_generator, uniform
+from difforge.models.ursa.sampling import Draws, PhiloxDraws, categorical, uniform
 from difforge.runtime.record import RunRecord
 
 from .conftest import load
@@ -64,6 +64,17 @@ def test_exact_optimisation_keeps_tokens(which: str, off: str, tiny_pipe: URSAPi
         assert (rec_on.extra["ursa"]["forwards"], rec_off.extra["ursa"]["forwards"]) == (5, 6)
 
 
+def test_exact_optimisations_keep_tokens_on_the_philox_stream(other_pipe: URSAPipeline) -> None:
+    """Every exact switch off at once, on the portable stream: the same tokens (steps 0 and 1 share a forward
+    with nothing to advance, the other switches compute the same numbers)."""
+    exact = [n for n in EXACT_OPTIMISATIONS if n != PHILOX_RNG]
+    on, rec_on = tokens(other_pipe, 6, 0.5, seed=3, fast=[PHILOX_RNG])
+    off, rec_off = tokens(other_pipe, 6, 0.5, seed=3, fast=[PHILOX_RNG], disable=exact)
+    assert torch.equal(on, off)
+    assert rec_on.extra["ursa"]["random_stream"] == rec_off.extra["ursa"]["random_stream"] == "philox"
+    assert (rec_on.extra["ursa"]["forwards"], rec_off.extra["ursa"]["forwards"]) == (5, 6)
+
+
 def test_whole_call_records_each_switch(tiny_pipe: URSAPipeline) -> None:
     record = RunRecord("generate")
     tiny_pipe(RunConfig(model="t", quiet=True, height=64, width=64, steps=2, disable=["rope-cache"]), record)
@@ -71,8 +82,11 @@ def test_whole_call_records_each_switch(tiny_pipe: URSAPipeline) -> None:
     assert adapt["rope table"].choice.startswith("built every forward") and adapt["rope table"].exact
     assert adapt["lm_head rows"].choice == "sampler rows only"
     assert "host draws" not in adapt  # pinning only matters for accelerator copies
-    assert "compile" not in adapt and "random stream" not in adapt
-    with pytest.raises(InputError, match="device-rng"):
+    assert "compile" not in adapt
+    stream = adapt["random stream"]  # always recorded; the CPU's default is the reference's stream
+    assert stream.choice.startswith("reference") and stream.exact and "cpu backend's default" in stream.detail
+    assert record.extra["ursa"]["random_stream"] == "reference"
+    with pytest.raises(InputError, match="philox-rng"):
         tiny_pipe(RunConfig(model="t", quiet=True, height=64, width=64, steps=2, fast=["device-rgn"]), RunRecord("g"))
 
 
@@ -108,38 +122,46 @@ class _OpLog(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def test_device_rng_jump_step_has_no_data_dependent_shape(other_pipe: URSAPipeline) -> None:
-    """The default jump step indexes by a boolean mask (a host sync); device draws do not."""
+def test_philox_jump_step_has_no_data_dependent_shape_nor_host_sync(other_pipe: URSAPipeline) -> None:
+    """The reference stream's jump step indexes by a boolean mask (a host sync); the Philox stream's does not,
+    and it never reads a value back to the host (no ``.item()``, no ``nonzero``)."""
     sched, k = other_pipe.scheduler, other_pipe.scheduler.codebook_size
     z, x = torch.randn(1, 16, k) * 3, torch.randint(0, k, (1, 16), generator=torch.Generator().manual_seed(0))
     with _OpLog() as default:
         sched.step(z.clone(), 3, 8, x, torch.Generator().manual_seed(0))
+    ph = PhiloxDraws(0, torch.device("cpu"))
     with _OpLog() as device:
-        out = sched.step(z.clone(), 3, 8, x, Draws(torch.Generator().manual_seed(0), on_device=True))
+        out = sched.step(z.clone(), 3, 8, x, Draws(philox=ph))
     assert "aten.index.Tensor[mask]" in default.ops and "aten.index_put_.default[mask]" in default.ops
-    assert not any("[mask]" in op or "nonzero" in op for op in device.ops)
-    assert "aten.where.self" in device.ops and out.shape == x.shape and int(out.max()) < k
+    assert not any("[mask]" in op or "nonzero" in op or "_local_scalar_dense" in op for op in device.ops)
+    assert "aten.where.self" in device.ops
+    first = {kind: next(i for i, op in enumerate(device.ops) if kind in op) for kind in ("argmax", "softmax")}
+    assert first["argmax"] < first["softmax"]  # x1 is drawn from the logits, no softmax over the codebook
+    assert out.shape == x.shape and int(out.max()) < k
 
 
-def test_device_rng_is_labelled_reproducible_and_keeps_reuse_first_exact(other_pipe: URSAPipeline) -> None:
-    a, rec = tokens(other_pipe, 6, 0.9, seed=5, fast=["device-rng"])
-    b, _ = tokens(other_pipe, 6, 0.9, seed=5, fast=["device-rng"])
-    c, rec_c = tokens(other_pipe, 6, 0.9, seed=5, fast=["device-rng"], disable=["reuse-first-forward"])
+def test_philox_stream_is_labelled_reproducible_and_keeps_reuse_first_exact(other_pipe: URSAPipeline) -> None:
+    a, rec = tokens(other_pipe, 6, 0.9, seed=5, fast=[PHILOX_RNG])
+    b, _ = tokens(other_pipe, 6, 0.9, seed=5, fast=["device-rng"])  # the retired name selects the same stream
+    c, rec_c = tokens(other_pipe, 6, 0.9, seed=5, fast=[PHILOX_RNG], disable=["reuse-first-forward"])
     default, _ = tokens(other_pipe, 6, 0.9, seed=5)
-    assert torch.equal(a, b) and torch.equal(a, c)  # skip_first_step advances device draws exactly
+    other_seed, _ = tokens(other_pipe, 6, 0.9, seed=6, fast=[PHILOX_RNG])
+    assert torch.equal(a, b) and torch.equal(a, c)  # nothing to advance at step 0: the same draws
     assert rec.extra["ursa"]["forwards"] == 5 and rec_c.extra["ursa"]["forwards"] == 6
     assert not torch.equal(a, default)  # another random stream: not the CPU reference's tokens
-    assert "device-rng" in FAST_OPTIMISATIONS
+    assert not torch.equal(a, other_seed)
+    assert PHILOX_RNG in FAST_OPTIMISATIONS and PHILOX_RNG in EXACT_OPTIMISATIONS
     record = RunRecord("generate")
-    other_pipe._record_flags(other_pipe.optimisations(RunConfig(model="t", fast=["device-rng"])), record)
-    assert not next(x for x in record.adaptations if x.what == "random stream").exact
+    other_pipe._record_flags(other_pipe.optimisations(RunConfig(model="t", fast=[PHILOX_RNG])), record)
+    stream = next(x for x in record.adaptations if x.what == "random stream")
+    assert stream.exact and stream.choice == "philox4x32-10 on cpu" and "named by the run" in stream.detail
 
 
-def test_device_generator_seeds_from_the_run_generator() -> None:
-    g1, g2 = torch.Generator().manual_seed(9), torch.Generator().manual_seed(9)
-    d1, d2 = device_generator(CPUBackend(), g1), device_generator(CPUBackend(), g2)
-    assert torch.equal(torch.rand(4, generator=d1), torch.rand(4, generator=d2))
-    assert torch.equal(g1.get_state(), g2.get_state())
+def test_the_stream_switch_given_both_ways_is_refused(other_pipe: URSAPipeline) -> None:
+    with pytest.raises(InputError, match="both in --fast and --disable|in both --fast and --disable"):
+        other_pipe.optimisations(RunConfig(model="t", fast=["device-rng"], disable=[PHILOX_RNG]))
+    flags = other_pipe.optimisations(RunConfig(model="t", disable=[PHILOX_RNG]))
+    assert flags.random_stream == "reference" and flags.stream_named
 
 
 def test_compile_policy_per_device(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -196,6 +218,7 @@ def test_optimisations_are_one_frozen_value(tiny_pipe: URSAPipeline) -> None:
 
     flags = tiny_pipe.optimisations(RunConfig(model="t", disable=["rope-cache"], fast=["unguided-tail"]))
     assert (flags.lm_head_slice, flags.reuse_first, flags.rope_cache, flags.unguided_tail) == (True, True, False, True)
-    assert not flags.pinned_draws and not flags.device_rng  # the CPU backend has no pinned host copies
+    assert not flags.pinned_draws  # the CPU backend has no pinned host copies
+    assert flags.random_stream == "reference" and not flags.philox and not flags.stream_named  # the CPU's default
     with pytest.raises(dataclasses.FrozenInstanceError):
         flags.rope_cache = True  # type: ignore[misc]

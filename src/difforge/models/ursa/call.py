@@ -14,26 +14,49 @@ from typing import Any
 import torch
 
 from ...config import RunConfig
+from ...devices import PHILOX_STREAM, REFERENCE_STREAM
 from ...errors import InputError
 from ...runtime.record import RunRecord
 from .sampling import Draws
 
 DEFAULT_HEIGHT, DEFAULT_WIDTH, DEFAULT_STEPS = 320, 512, 25
-EXACT_OPTIMISATIONS = ("lm-head-slice", "reuse-first-forward", "rope-cache", "pinned-draws")
-FAST_OPTIMISATIONS = ("unguided-tail", "device-rng")
+#: The random-stream switch, the one name both lists take: ``--fast philox-rng`` draws from the portable
+#: Philox stream on any device (the CPU included), ``--disable philox-rng`` from the reference's CPU
+#: stream on any device; neither: the backend's ``random_stream`` (Philox on every accelerator, the
+#: reference's stream on the CPU).  Both streams are exact in distribution; they are different numbers.
+PHILOX_RNG = "philox-rng"
+EXACT_OPTIMISATIONS = ("lm-head-slice", "reuse-first-forward", "rope-cache", "pinned-draws", PHILOX_RNG)
+FAST_OPTIMISATIONS = ("unguided-tail", PHILOX_RNG)
+#: Retired names still accepted: ``--fast device-rng`` named a per-device torch.Generator stream, which
+#: differed between device types; it now selects the portable stream.
+STREAM_ALIASES = {"device-rng": PHILOX_RNG}
 OUTPUT_TYPES = ("pil", "np", "latent")
 
 StepHook = Callable[[int, dict[str, torch.Tensor], dict[str, torch.Tensor]], None]
 
 
 def check_optimisation_names(disable: list[str] | tuple[str, ...], fast: list[str] | tuple[str, ...]) -> None:
-    """Refuse an unknown ``--disable`` / ``--fast`` name (InputError naming the known ones)."""
+    """Refuse an unknown ``--disable`` / ``--fast`` name (InputError naming the known ones), and the stream
+    switch given both ways."""
     for flag, given, known, kind in (("--disable", disable, EXACT_OPTIMISATIONS, "exact optimisations"),
                                      ("--fast", fast, FAST_OPTIMISATIONS, "approximate optimisations")):
-        unknown = sorted(set(given) - set(known))
+        unknown = sorted(set(given) - set(known) - (set(STREAM_ALIASES) if flag == "--fast" else set()))
         if unknown:
             raise InputError(f"Unknown {flag} '{unknown[0]}' for URSA; {flag} takes the {kind} "
                              f"{', '.join(known)}.")
+    if PHILOX_RNG in disable and PHILOX_RNG in {STREAM_ALIASES.get(n, n) for n in fast}:
+        raise InputError(f"'{PHILOX_RNG}' is in both --fast and --disable; give it once: --fast {PHILOX_RNG} for the "
+                         f"portable Philox stream, --disable {PHILOX_RNG} for the reference's CPU stream.")
+
+
+def random_stream(default: str, disable: list[str] | tuple[str, ...], fast: list[str] | tuple[str, ...]) -> str:
+    """The stream a run draws from, ``philox`` or ``reference``: as the switch names it, else ``default``
+    (the backend's :attr:`~difforge.devices.Backend.random_stream`)."""
+    if PHILOX_RNG in {STREAM_ALIASES.get(n, n) for n in fast}:
+        return PHILOX_STREAM
+    if PHILOX_RNG in disable:
+        return REFERENCE_STREAM
+    return default
 
 
 def cpu_copy(x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -57,7 +80,12 @@ class Optimisations:
     rope_cache: bool
     pinned_draws: bool  # only where the backend's host-to-device copies can overlap the host
     unguided_tail: bool
-    device_rng: bool
+    random_stream: str  # PHILOX_STREAM or REFERENCE_STREAM (see :func:`random_stream`)
+    stream_named: bool = False  # True when --fast/--disable chose it, False for the backend's default
+
+    @property
+    def philox(self) -> bool:
+        return self.random_stream == PHILOX_STREAM
 
 
 @dataclass(frozen=True)

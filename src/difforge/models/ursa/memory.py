@@ -31,12 +31,14 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from ...devices import Backend
+from ...devices import PHILOX_STREAM, Backend
 from ...devices.cpu import CPUBackend
 from ...runtime.memory import MemoryEstimate, check_memory
 from ...runtime.meta import on_meta
 from ..checkpoint import check_safetensors_header, weight_files
+from .call import random_stream
 from .config import URSATransformerConfig, VQConfig, decoder_torch_dtype
+from .sampling import DEVICE_CHUNK, HOST_CHUNK
 from .tokenizer import prompt_list
 from .vae_fsq import FSQConfig
 
@@ -97,6 +99,15 @@ SAFETENSORS_ITEMSIZE = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32":
                         "I16": 2, "U16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I8": 1, "U8": 1, "BOOL": 1}
 LOGITS_ITEMSIZE = 4
 SCHEDULER_TEMPORARIES = 3  # batch x N x K buffers the scheduler step adds to the logits it is given
+#: Peak bytes per Philox counter of one eager Gumbel-max block: seven int64 round buffers and the four
+#: stacked words (counted: 88), with a margin for the first round's and the output's small tensors.
+PHILOX_BLOCK_BYTES_PER_COUNTER = 96
+
+
+def philox_block_bytes(rows: int, codebook_size: int, chunk: int) -> int:
+    """Peak temporaries of one eager Philox Gumbel-max block over ``rows x codebook_size`` scores."""
+    blocks = -(-codebook_size // 4)
+    return PHILOX_BLOCK_BYTES_PER_COUNTER * min(rows * blocks, max(chunk, blocks))
 
 
 def transformer_parameters(cfg: URSATransformerConfig) -> int:
@@ -246,8 +257,12 @@ def vae_decode_bytes(cfg: VQConfig | FSQConfig, latent_shape: tuple[int, int, in
 
 def activation_parts(tcfg: URSATransformerConfig, vcfg: VQConfig | FSQConfig, latent_shape: tuple[int, int, int],
                      batch: int, guided: bool, dtype: torch.dtype, text_len: int = 320,
-                     scores_materialised: bool = False) -> dict[str, int]:
-    """The terms of a call's estimate (bytes); ``denoise_peak`` and ``vae_decode_peak`` are the two phases."""
+                     scores_materialised: bool = False, philox_chunk: int | None = None) -> dict[str, int]:
+    """The terms of a call's estimate (bytes); ``denoise_peak`` and ``vae_decode_peak`` are the two phases.
+
+    ``philox_chunk``: the run draws from the Philox stream in blocks of this many counters (their
+    temporaries join the sampler's); None: the reference's stream.
+    """
     rows = batch * (2 if guided else 1)
     n_img = math.prod(latent_shape)
     k = tcfg.lm_head_size
@@ -255,11 +270,14 @@ def activation_parts(tcfg: URSATransformerConfig, vcfg: VQConfig | FSQConfig, la
     forward = transformer_forward_bytes(tcfg, rows, text_len + 1 + n_img, itemsize, scores_materialised)
     logits = rows * n_img * k * LOGITS_ITEMSIZE
     sampler = SCHEDULER_TEMPORARIES * batch * n_img * k * LOGITS_ITEMSIZE
+    blocks = {} if philox_chunk is None else {"philox_blocks": philox_block_bytes(batch * n_img, k, philox_chunk)}
+    sampler += sum(blocks.values())
     dec_dtype = decoder_torch_dtype(vcfg.decoder_dtype, dtype)
     decode = vae_decode_bytes(vcfg, latent_shape, torch.empty(0, dtype=dec_dtype).element_size(), scores_materialised)
     return {
         **forward,
         "logits": logits,
+        **blocks,
         "scheduler_temporaries": sampler,
         "denoise_peak": logits + max(sum(forward.values()) + logits, sampler),
         "vae_decode_peak": decode,
@@ -274,9 +292,11 @@ def call_estimate(pipe: LoadedPipeline, cfg: RunConfig, latent_shape: tuple[int,
     ``num_images_per_prompt`` repeats each prompt).
     """
     batch = batch if batch is not None else len(prompt_list(cfg.prompt) or [""])
+    philox = random_stream(pipe.backend.random_stream, cfg.disable, cfg.fast) == PHILOX_STREAM
+    chunk = DEVICE_CHUNK if not pipe.backend.is_host else HOST_CHUNK
     parts = activation_parts(pipe.transformer.config, pipe.checkpoint.vae_config, latent_shape, batch,
                              cfg.guidance > 1, pipe.dtype, pipe.tokenizer.max_length,
-                             pipe.backend.attention_materialises_scores)
+                             pipe.backend.attention_materialises_scores, chunk if philox else None)
     weights = sum(p.numel() * p.element_size() for p in pipe.transformer.parameters())
     parts["resident_transformer_weights"] = weights  # already allocated: not part of the need
     if pipe.transformer_device != pipe.device:  # offloaded by the previous call: it comes back first

@@ -14,12 +14,17 @@ operation order); the exact speed-ups below are on by default and each can be sw
 * ``rope-cache``          - the rotary table is built once per call, not once per forward
 * ``pinned-draws``        - accelerators: host random draws go to pinned memory, so their copy to the
                             device does not block the host (same numbers)
+
+The random stream is the backend's choice unless the run names one (``philox-rng``, see
+:mod:`.sampling`): every accelerator draws on the device from the portable Philox stream (Gumbel-max,
+no host draw, no host sync - the same tokens for a seed on every device, not the reference's), the
+CPU keeps the reference's own stream; ``--fast philox-rng`` / ``--disable philox-rng`` pick either on
+any device (``--fast device-rng`` is the retired name of the first).
 Opt-in approximations (``cfg.fast``): ``unguided-tail`` - steps with t >= guidance_trunc run the
-conditional half only (u + (c - u) differs from c by an ulp, so a rare draw can flip);
-``device-rng`` - random draws from a generator on the run device and a sync-free jump step (same
-distributions, another random stream; on accelerators this removes the per-step host sampling that
-otherwise dominates the step).  ``cfg.compile`` compiles the decoder layer (regional compile, see
-:mod:`difforge.devices.compile`); it is exact within floating-point noise, not bit for bit.
+conditional half only (u + (c - u) differs from c by an ulp, so a rare draw can flip).
+``cfg.compile`` compiles the decoder layer (regional compile, see :mod:`difforge.devices.compile`),
+and on the Philox stream the Gumbel-max block too; it is exact within floating-point noise, not bit
+for bit.
 
 What validation asks of the family (teacher-forced steps, components, FLOPs, operator capture) is
 :class:`~.probe.URSAProbe`'s job; the pipeline only exposes the public pieces it is built from.
@@ -27,8 +32,10 @@ What validation asks of the family (teacher-forced steps, components, FLOPs, ope
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -41,6 +48,7 @@ from ...config import RunConfig
 from ...devices import Backend, CompilePolicy, dtype_name
 from ...errors import InputError, SizeError
 from ...ops import select_ops
+from ...runtime.philox import BlockFn, gumbel_argmax_block
 from ...runtime.progress import spinner, track
 from ...runtime.record import RunRecord
 from ...runtime.steps import StepTimer
@@ -58,12 +66,13 @@ from .call import (
     URSAPipelineOutput,
     check_optimisation_names,
     cpu_copy,
+    random_stream,
 )
 from .config import decoder_torch_dtype
 from .loader import URSACheckpoint
 from .memory import check_call_memory
 from .rope import positions
-from .sampling import Draws, device_generator, random_codes
+from .sampling import DEVICE_CHUNK, HOST_CHUNK, Draws, PhiloxDraws, random_codes
 from .scheduler import DFMScheduler
 from .tokenizer import PromptTokenizer, prompt_list
 from .transformer import URSATransformer, run_layer
@@ -101,6 +110,7 @@ class URSAPipeline:
         self.last_tokens: torch.Tensor | None = None  # (B, T, h, w) int64 on the CPU, from the latest call
         self.last_frames: np.ndarray | None = None  # (B, T, H, W, 3) uint8, from the latest call
         self.compile_policy: CompilePolicy | None = None  # set while the decoder layer is compiled
+        self.sampler_fn: BlockFn | None = None  # the compiled Gumbel-max block, while compiled (Philox stream)
 
     # ------------------------------------------------------------------------------------ loading
     @classmethod
@@ -216,7 +226,8 @@ class URSAPipeline:
             rope_cache="rope-cache" not in cfg.disable,
             pinned_draws="pinned-draws" not in cfg.disable and self.backend.pinned_host_copies,
             unguided_tail="unguided-tail" in cfg.fast,
-            device_rng="device-rng" in cfg.fast,
+            random_stream=random_stream(self.backend.random_stream, cfg.disable, cfg.fast),
+            stream_named=random_stream("", cfg.disable, cfg.fast) != "",
         )
 
     def check_inputs(
@@ -270,11 +281,13 @@ class URSAPipeline:
         """
         if not enabled:
             self.transformer.set_layer_fn(None)
-            self.compile_policy = None
+            self.compile_policy, self.sampler_fn = None, None
             return None
         if self.compile_policy is None:
             policy = self.backend.compile_policy()
             self.transformer.set_layer_fn(policy.compile(run_layer))
+            # the Philox stream's Gumbel-max block: ten rounds of int64 ops fused into one kernel
+            self.sampler_fn = policy.compile(partial(gumbel_argmax_block, inplace=False))
             self.compile_policy = policy
         return self.compile_policy
 
@@ -298,7 +311,7 @@ class URSAPipeline:
             "built once per call" if flags.rope_cache else "built every forward (reference)",
             detail="disable with 'rope-cache'",
         )
-        if self.backend.pinned_host_copies:
+        if self.backend.pinned_host_copies and not flags.philox:  # the Philox stream makes no host draw
             record.adapt(
                 "host draws",
                 "pinned memory, asynchronous copy" if flags.pinned_draws else "pageable memory (blocking copy)",
@@ -307,9 +320,7 @@ class URSAPipeline:
         if flags.unguided_tail:
             record.adapt("unguided tail", "cond-only forward when t >= guidance_trunc", exact=False,
                          detail="u + (c - u) differs from c by an ulp")
-        if flags.device_rng:
-            record.adapt("random stream", f"generator on {self.device.type}, sync-free jump step", exact=False,
-                         detail="same distributions, not the reference's CPU stream; opt in with fast 'device-rng'")
+        self._record_stream(flags, record)
         policy = self.compile_policy
         if policy is not None:
             if policy.available:
@@ -317,6 +328,21 @@ class URSAPipeline:
                              detail=f"{policy.detail}; exact within floating-point noise, not bit for bit")
             else:
                 record.adapt("compile", "eager (compile requested)", detail=policy.detail)
+
+    def _record_stream(self, flags: Optimisations, record: RunRecord) -> None:
+        """The random stream of the call (always recorded: it decides which tokens a seed gives)."""
+        why = "named by the run" if flags.stream_named else f"the {self.backend.name} backend's default"
+        if flags.philox:
+            fused = " (Gumbel-max block compiled)" if self.sampler_fn is not None else ""
+            record.adapt("random stream", f"philox4x32-10 on {self.device.type}{fused}", detail=(
+                f"{why}; the portable stream: Gumbel-max on the device keyed by (seed, step, position), no host "
+                "draw or sync, the same tokens on every device up to near-tied logits - not the reference's CPU "
+                "stream ('--disable philox-rng' for that)"))
+        else:
+            record.adapt("random stream", "reference: CPU torch.Generator, host draws", detail=(
+                f"{why}; the reference's own stream, its tokens bit for bit on the CPU in float32"
+                + ("" if self.backend.is_host else "; every draw is made on the host and copied, with one host "
+                   "sync per step ('--fast philox-rng' draws on the device)")))
 
     # ------------------------------------------------------------------------------------ denoising
     def forward_logits(
@@ -361,10 +387,15 @@ class URSAPipeline:
         steps, positions and the rotary table."""
         dev = self.device
         batch, text_len = cond_ids.shape
-        x = random_codes((batch, *latent_shape), self.scheduler.codebook_size, dev, generator).flatten(1)
-        if flags.device_rng:
-            draws = Draws(device_generator(self.backend, generator), on_device=True)
+        if flags.philox:  # keyed by the generator's seed: cfg.seed for difforge's call
+            fn = self.sampler_fn
+            chunk = DEVICE_CHUNK if fn is not None or not self.backend.is_host else HOST_CHUNK
+            # the host draws only the jumping rows (no device to sync with); compiled blocks keep static shapes
+            ph = PhiloxDraws(generator.initial_seed(), dev, chunk, fn, sparse=self.backend.is_host and fn is None)
+            x = ph.codes((batch, math.prod(latent_shape)), self.scheduler.codebook_size)
+            draws = Draws(philox=ph)
         else:
+            x = random_codes((batch, *latent_shape), self.scheduler.codebook_size, dev, generator).flatten(1)
             draws = Draws(generator, pin=flags.pinned_draws)
         pos = positions(latent_shape, text_len).to(dev)
         rope = self.transformer.rope(pos) if flags.rope_cache else None
@@ -434,6 +465,7 @@ class URSAPipeline:
                 "forwards": forwards,
                 "forwards_per_step": forwards / steps,
                 "scheduler_path": "metric" if self.scheduler.is_metric else "mixture",
+                "random_stream": "philox" if state.draws.philox is not None else "reference",
                 "guided_steps": sum(self.scheduler.t(i, steps) < guidance_trunc for i in range(steps)) if use_cfg else 0,
             }
         return x

@@ -6,11 +6,12 @@ that jump; the final step draws only (1).  Operation order below follows the ref
 decides rounding - notably the distance buffer is written into the logits tensor's own storage (so it
 takes the logits dtype) while the codebook terms stay float16.
 
-Every ``generator`` argument also takes a :class:`~.sampling.Draws` (pinned host draws, or device
-draws).  With device draws the jump step samples every row and keeps the jumping ones with
-``torch.where``: no data-dependent shape, no host sync, a different random stream.  The default
-path keeps the reference's ``categorical(v[jump])``, whose draw count - and therefore the rest of
-the CPU stream - depends on how many tokens jump, so that one host sync per step stays.
+Every ``generator`` argument also takes a :class:`~.sampling.Draws` (pinned host draws, or the
+portable Philox stream).  On the Philox stream the same three draws are Gumbel-max samples and
+uniforms addressed by (step, draw, position), and the jump step samples every row and keeps the
+jumping ones with ``torch.where``: no data-dependent shape, no host sync.  The reference stream keeps
+the reference's ``categorical(v[jump])``, whose draw count - and therefore the rest of the CPU stream -
+depends on how many tokens jump, so that one host sync per step stays there.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from .config import SchedulerConfig
-from .sampling import Draws, as_draws, categorical, skip_categorical, uniform
+from .sampling import DRAW_JUMP, DRAW_X1, Draws, as_draws, categorical, skip_categorical, uniform
 
 
 def timestep_t(i: int, num_steps: int, shift: float = 1.0) -> float:
@@ -69,8 +70,12 @@ class MetricPath:
         self, logits: torch.Tensor, x_t: torch.Tensor, t: float, generator: torch.Generator | Draws
     ) -> torch.Tensor:
         """Rate of jumping to each code; overwrites ``logits`` (it becomes the distance buffer)."""
+        return self.rate(logits, x_t, categorical(logits.softmax(-1), generator), t)
+
+    def rate(self, logits: torch.Tensor, x_t: torch.Tensor, x1: torch.Tensor, t: float) -> torch.Tensor:
+        """:meth:`velocity` for a drawn ``x1``; overwrites ``logits``."""
         d_beta = self.d_beta(t)
-        emb_x1 = self.emb[categorical(logits.softmax(-1), generator)]
+        emb_x1 = self.emb[x1]
         dist = self.dist_to_codebook(emb_x1, out=logits)
         prob = dist.mul(-self.beta(t)).softmax(-1)
         d0 = self.pair_dist(self.emb[x_t], emb_x1)
@@ -94,7 +99,10 @@ class MixturePath:
     def velocity(
         self, logits: torch.Tensor, x_t: torch.Tensor, t: float, generator: torch.Generator | Draws
     ) -> torch.Tensor:
-        x1 = categorical(logits.softmax(-1), generator)
+        return self.rate(logits, x_t, categorical(logits.softmax(-1), generator), t)
+
+    def rate(self, logits: torch.Tensor, x_t: torch.Tensor, x1: torch.Tensor, t: float) -> torch.Tensor:
+        """:meth:`velocity` for a drawn ``x1``; overwrites ``logits``."""
         return logits.zero_().scatter_(-1, x1.unsqueeze(-1), 1 / (1 - t))
 
     def add_noise(self, x1: torch.Tensor, t: float, generator: torch.Generator) -> torch.Tensor:
@@ -137,6 +145,8 @@ class DFMScheduler:
     ) -> torch.Tensor:
         """Tokens after step ``i``.  ``logits [B, N, K]`` is consumed (overwritten); ``x [B, N]`` is not."""
         draws = as_draws(generator)
+        if draws.philox is not None:
+            return self._philox_step(logits, i, num_steps, x, draws)
         if i == num_steps - 1:
             return categorical(logits.softmax(-1), generator)
         t = self.t(i, num_steps)
@@ -144,30 +154,50 @@ class DFMScheduler:
         v = self.path.velocity(logits, x, t, generator)
         u = uniform(tuple(x.shape), v.dtype, x.device, generator)
         thresh = 1 - v.scatter_(-1, x[..., None], 0).sum(-1).mul_(-dt).exp_()
-        if draws.on_device:  # every row drawn (rows that cannot jump may be all-zero: argmax 0, discarded)
-            return torch.where(u < thresh, categorical(v, draws), x)
         out, jump = x.clone(), u < thresh
         out[jump] = categorical(v[jump], generator)
         return out
+
+    def _philox_step(self, logits: torch.Tensor, i: int, num_steps: int, x: torch.Tensor, draws: Draws) -> torch.Tensor:
+        """:meth:`step` on the Philox stream: Gumbel-max on the logits (no softmax), and a jump step that draws
+        every row and keeps the jumping ones with ``torch.where`` (static shapes, no host sync) - on the host
+        (``sparse``) only the jumping rows, which are the same numbers."""
+        ph = draws.philox
+        assert ph is not None
+        x1 = ph.categorical_logits(logits, i, DRAW_X1)  # no softmax: argmax(logits + G)
+        if i == num_steps - 1:
+            return x1
+        t = self.t(i, num_steps)
+        dt = self.t(i + 1, num_steps) - t
+        v = self.path.rate(logits, x, x1, t)
+        u = ph.uniform((x.shape[0], x.shape[1]), i)
+        thresh = 1 - v.scatter_(-1, x[..., None], 0).sum(-1).mul_(-dt).exp_()
+        jump = u < thresh
+        if ph.sparse:  # the host: only the jumping rows, by their row numbers - the same numbers as drawing all
+            index = jump.flatten().nonzero().squeeze(1)
+            out = x.clone()
+            out.view(-1)[index] = ph.categorical_weights(v.flatten(0, -2)[index], i, DRAW_JUMP, rows=index)
+            return out
+        # every row drawn; a row that cannot jump (all-zero rate) gives some index, discarded by the where
+        return torch.where(jump, ph.categorical_weights(v, i, DRAW_JUMP), x)
 
     def skip_first_step(
         self, shape: tuple[int, int, int], dtype: torch.dtype, generator: torch.Generator | Draws
     ) -> None:
         """Metric path, step 0 (t = 0): no token can move (the rate is exactly 0), so only advance the stream.
 
-        The three draws are: the x1 categorical over ``[B*N, K]``, ``B*N`` uniforms, and a categorical
-        over the jumping rows - zero rows (nothing drawn) on the reference stream, all ``B*N`` rows with
-        device draws.
+        On the reference stream the three draws are: the x1 categorical over ``[B*N, K]``, ``B*N``
+        uniforms, and a categorical over the jumping rows - zero rows, so nothing drawn.  The Philox
+        stream has nothing to advance: step 1's draws are addressed by their own step number.
         """
         if not self.is_metric:
             raise ValueError("skip_first_step holds only on the metric path.")
         draws = as_draws(generator)
+        if draws.philox is not None:
+            return
         b, n, k = shape
         skip_categorical((b * n, k), dtype, draws)
-        where = draws.generator.device if draws.on_device else torch.device("cpu")
-        torch.empty((b, n), dtype=dtype, device=where).uniform_(generator=draws.generator)
-        if draws.on_device:
-            skip_categorical((b * n, k), dtype, draws)
+        torch.empty((b, n), dtype=dtype).uniform_(generator=draws.generator)
 
     def add_noise(self, x1: torch.Tensor, t: float, generator: torch.Generator) -> torch.Tensor:
         return self.path.add_noise(x1, t, generator)
