@@ -159,9 +159,11 @@ def golden(**options: Any) -> Any:
     from .validate import ValidateOptions
     from .validate.golden import make_golden
 
+    for_device = str(options.pop("for_device", None) or "cpu")
     opts = ValidateOptions(**{"device": _reference_device(options.get("reference")), **options})
     console = None if opts.quiet else Console(file=sys.stderr)
-    return make_golden(opts, log=(lambda msg: console.print(msg, highlight=False)) if console else None)
+    return make_golden(opts, log=(lambda msg: console.print(msg, highlight=False)) if console else None,
+                       for_device=for_device)
 
 
 def _reference_device(reference: str | None) -> str:

@@ -434,6 +434,9 @@ def golden(
     model: Model = "tiny-ursa",
     dtype: Annotated[str, typer.Option(help="The dtype the device under test will run: bfloat16, float16 ...")] = (
         "bfloat16"),
+    for_device: Annotated[str, typer.Option(
+        help="The kind of device the bundle is for (cpu, npu, cuda, xpu, mps): the reference draws from its "
+             "default random stream.")] = "cpu",
     reference: Annotated[str, typer.Option(help="Reference as device:dtype.")] = "cpu:float32",
     floor: Annotated[str | None, typer.Option(
         help="A second real device as the noise floor, device[:dtype] (default: emulated on the reference).")] = None,
@@ -465,7 +468,7 @@ def golden(
     from . import api
 
     result = api.golden(
-        model=model, dtype=dtype, reference=reference, floor=floor, images=[str(p) for p in image or []],
+        model=model, dtype=dtype, for_device=for_device, reference=reference, floor=floor, images=[str(p) for p in image or []],
         prompts=str(prompts) if prompts else None, steps=steps, height=height, width=width, seed=seed, quick=quick,
         transformer=str(transformer) if transformer else None, num_frames=num_frames, guidance=guidance,
         guidance_trunc=guidance_trunc, true_cfg=true_cfg, negative_prompt=negative_prompt, out=str(out), quiet=quiet,

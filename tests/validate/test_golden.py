@@ -219,3 +219,18 @@ def test_bundle_from_another_release_line_is_refused(tmp_path: Path) -> None:
     writer.finish({"format": bundle_mod.FORMAT, "format_version": bundle_mod.FORMAT_VERSION, "difforge": "9.9.0"}, {})
     with pytest.raises(GoldenError, match="9.9.0"):
         open_bundle(tmp_path)
+
+
+def test_a_bundle_for_another_devices_random_stream_is_refused(tmp_path: Path) -> None:
+    """A bundle made for an NPU (the Philox stream) does not fit a CPU run on the reference stream."""
+    out = tmp_path / "npu-bundle"
+    res = _cli("golden", "--model", "tiny-ursa", "--for-device", "npu", *SIZE, "--quiet", "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    assert json.loads((out / "manifest.json").read_text())["settings"]["stream"] == {"disable": [],
+                                                                                     "fast": ["philox-rng"]}
+    report = tmp_path / "r"
+    res = _cli("validate", "--model", "tiny-ursa", *DUT, *SIZE, "--golden", str(out), "--out", str(report))
+    _one_line_refusal(res, "random stream", "--for-device cpu")
+    res = _cli("validate", "--model", "tiny-ursa", *DUT, *SIZE, "--fast", "philox-rng", "--golden", str(out),
+               "--out", str(report))
+    assert res.returncode == 0, res.stderr[-2000:]  # the same stream named on the CPU: the bundle fits

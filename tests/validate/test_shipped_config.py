@@ -205,7 +205,7 @@ def test_a_step_cache_on_the_device_leaves_the_component_probe_exact() -> None:
     ("tiny-qwen-edit", ["--offload", "bogus"], "--offload plan 'bogus'"),
     ("tiny-qwen-edit", ["--fast", "nonsense"], "--fast 'nonsense'"),
     ("tiny-qwen-edit", ["--disable", "nonsense"], "--disable 'nonsense'"),
-    ("tiny-ursa", ["--fast", "nonsense"], "optimisation name 'nonsense'"),
+    ("tiny-ursa", ["--fast", "nonsense"], "Unknown --fast 'nonsense' for URSA"),
     ("tiny-qwen-edit", ["--guidance", "nan"], "--guidance must be a number"),
     ("tiny-qwen-edit", ["--true-cfg", "1000"], "--true-cfg must be a number"),
     ("tiny-ursa", ["--guidance-trunc", "2"], "--guidance-trunc must be a number"),
@@ -261,3 +261,20 @@ def test_reproduce_names_input_files_by_absolute_path(tmp_path: Path, monkeypatc
     assert parsed.images == [str(tmp_path / "in.png")] and parsed.prompts == str(tmp_path / "p.txt")
     assert parsed.transformer == str(tmp_path / "w" / "fp8.safetensors") and parsed.negative_prompt == " "
     assert "--offload" not in command and "--compile" not in command and "--guidance" not in command  # defaults
+
+
+def test_reference_and_floor_draw_from_the_devices_random_stream(tmp_path: Path, monkeypatch) -> None:
+    """An accelerator defaults to the Philox stream; its CPU reference and floor must draw from it too."""
+    from difforge.devices.cpu import CPUBackend
+    from difforge.validate import ValidateOptions
+    from difforge.validate.ladder import Ladder
+
+    monkeypatch.setattr(CPUBackend, "random_stream", "philox")  # a CPU standing in for an accelerator's default
+    lad = Ladder(ValidateOptions(model="tiny-ursa", out=tmp_path / "r", device="cpu", dtype="bfloat16"))
+    dut = lad.dut_cfg()
+    assert lad.ref_cfg(dut).fast == ["philox-rng"] and lad.floor_cfg(dut).fast == ["philox-rng"]
+    named = Ladder(ValidateOptions(model="tiny-ursa", out=tmp_path / "r", device="cpu", dtype="bfloat16",
+                                   disable=["philox-rng"]))
+    assert named.ref_cfg(named.dut_cfg()).disable == ["philox-rng"]  # the device's own choice is followed
+    qwen = Ladder(ValidateOptions(model="tiny-qwen-edit", out=tmp_path / "r", device="cpu", dtype="bfloat16"))
+    assert qwen.ref_cfg(qwen.dut_cfg()).fast == []  # Qwen draws everything on the CPU generator

@@ -31,7 +31,7 @@ import torch
 from PIL import Image
 
 from ..config import RunConfig
-from ..devices import dtype_name
+from ..devices import BACKENDS, dtype_name
 from ..errors import InputError
 from ..models.registry import resolve_model
 from ..runtime.images import load_images
@@ -65,6 +65,8 @@ def settings_of(options: ValidateOptions, lad: Ladder) -> dict[str, Any]:
     out = {name: getattr(options, name, None) for name in SETTINGS}
     out["dtype"] = dtype_name(lad.dut_dtype)
     out["family"] = lad.family
+    disable, fast = lad.stream_names()  # which random stream the reference drew from (URSA: philox or not)
+    out["stream"] = {"disable": disable, "fast": fast}
     return out
 
 
@@ -91,17 +93,22 @@ class GoldenResult:
     seconds: float
 
 
-def make_golden(options: ValidateOptions, log: Any = None) -> GoldenResult:
+def make_golden(options: ValidateOptions, log: Any = None, for_device: str = "cpu") -> GoldenResult:
     """Compute everything validate compares against and write it to ``options.out`` (a bundle).
 
     ``options.device``/``dtype`` name where the device-under-test's dtype plan is read (the host, by
     default) and the dtype under test; the reference is ``options.reference``; the floor is emulated
-    unless ``options.floor`` names a second device.
+    unless ``options.floor`` names a second device.  ``for_device`` (``cpu``, ``npu``, ``cuda`` ...) is the
+    kind of device the bundle is for: the reference draws from that backend's default random stream.
     """
     say = log or (lambda _msg: None)
     t_start = time.perf_counter()
     options.check()
     lad = Ladder(options, making_golden=True)
+    kind = str(for_device).split(":")[0].strip().lower()
+    if kind not in BACKENDS:
+        raise InputError(f"--for-device {for_device}: use one of {', '.join(BACKENDS)}.")
+    lad.stream_default = BACKENDS[kind].random_stream
     folder, _family = resolve_model(options.model)
     transformer = getattr(options, "transformer", None)
     lad.prepare_inputs()
@@ -370,6 +377,10 @@ def check_settings(golden: Golden, options: ValidateOptions, lad: Ladder) -> Non
     want = golden.bundle.manifest["settings"]
     have = settings_of(options, lad)
     for name in sorted(set(want) | set(have)):
+        if want.get(name) != have.get(name) and name == "stream":
+            raise GoldenError(f"--golden {options.golden}: its reference drew from another random stream than "
+                              f"{lad.dut_backend.device} does; make the bundle with --for-device "
+                              f"{lad.dut_backend.device.type} (or name the stream here: --disable/--fast philox-rng).")
         if want.get(name) != have.get(name):
             flag = "--" + name.replace("_", "-")
             raise GoldenError(f"--golden {options.golden} was made with {flag} {want.get(name)!r}, this validation "

@@ -22,7 +22,7 @@ from .. import engine
 from ..config import RunConfig
 from ..devices import DTYPES, Backend, dtype_name, get_backend
 from ..errors import DtypeError, InputError, SizeError
-from ..models.registry import family_of, probe_class, probe_for
+from ..models.registry import family_of, probe_class, probe_for, same_stream_names
 from ..runtime.atomic import atomic_save
 from ..runtime.images import load_images, test_picture
 from ..runtime.record import RunRecord
@@ -88,6 +88,9 @@ class Ladder:
         side for a device elsewhere, so a same-dtype "device" is not a self-comparison."""
         self.o = options
         self.golden_ref = golden_ref
+        #: The default random stream of the device under test's backend (``difforge golden --for-device``
+        #: sets the one of the device the bundle is for); the reference and floor draw from the same.
+        self.stream_default = ""
         self.out = Path(options.out)
         self.quick = options.quick
         self.rounds = min(options.rounds, 2) if self.quick else options.rounds
@@ -95,6 +98,7 @@ class Ladder:
         ref_device, ref_dtype = parse_reference(options.reference)
         self.dut_backend: Backend = get_backend(options.device)
         self.dut_dtype: torch.dtype = self.dut_backend.resolve_dtype(options.dtype)
+        self.stream_default = self.dut_backend.random_stream
         self.ref_backend: Backend = get_backend(ref_device)
         self.ref_dtype: torch.dtype = self.ref_backend.resolve_dtype(ref_dtype)
         self.family = family_of(options.model)
@@ -183,12 +187,18 @@ class Ladder:
             quiet=True, **shipped,
         )
 
-    @staticmethod
-    def plain(cfg: RunConfig) -> RunConfig:
+    def plain(self, cfg: RunConfig) -> RunConfig:
         """``cfg`` with the DUT_ONLY options (compile, fast, disable, offload, VAE tiling) at RunConfig's
         defaults: the plain path the reference and the floor run.  Everything that changes what is
-        computed (--transformer, guidance, negative prompt, frames, size, steps) stays."""
-        return replace(cfg, **PLAIN_PATH)
+        computed (--transformer, guidance, negative prompt, frames, size, steps) stays, and so does the
+        random stream: the reference and floor draw from the stream the device under test draws from
+        (an accelerator's default Philox stream on a CPU reference too), so the trajectories are comparable."""
+        disable, fast = self.stream_names()
+        return replace(cfg, **{**PLAIN_PATH, "disable": disable, "fast": fast})
+
+    def stream_names(self) -> tuple[list[str], list[str]]:
+        """The (--disable, --fast) names that put a side on the device under test's random stream."""
+        return same_stream_names(self.family, self.stream_default, self.o.disable, self.o.fast)
 
     def dut_cfg(self, prompt: str | None = None, seed: int | None = None) -> RunConfig:
         return self.config(prompt or self.prompts[0], self.o.seed if seed is None else seed, self.dut_backend,
