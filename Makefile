@@ -12,7 +12,8 @@ export DIFFORGE_HOME ?= $(CURDIR)/.difforge-home
 # models too: torch.randn's vectorised kernel rounds differently per family, so the weights do.
 PARITY_TESTS := tests/models/ursa/test_pipeline.py tests/models/ursa/test_video_pipeline.py \
 	tests/models/ursa/test_vae_fsq.py tests/models/ursa/test_parity_bounds.py tests/models/ursa/test_transformer.py \
-	tests/models/ursa/test_scheduler.py tests/models/ursa/test_perf_exact.py
+	tests/models/ursa/test_scheduler.py tests/models/ursa/test_perf_exact.py tests/runtime/test_philox.py \
+	tests/models/ursa/test_philox_stream.py
 
 # The optional msprobe extra (validate/golden --msprobe) lives in its own virtualenv layered on .venv (a .pth
 # file adds .venv's site-packages), so the main suite never imports msprobe's ~430 MB of dependencies and
