@@ -153,3 +153,14 @@ def test_fingerprint_records_a_set_backend_variable(monkeypatch: pytest.MonkeyPa
     info = environment_fingerprint()
     assert info["env"]["ASCEND_RT_VISIBLE_DEVICES"] == "3" and "CUDA_VISIBLE_DEVICES" not in info["env"]
     assert info["difforge"] == __version__
+
+
+def test_cpu_compile_runs_eager_under_the_default_kernel_family(monkeypatch) -> None:
+    """ATEN_CPU_CAPABILITY=default: Inductor's generated CPU code does not build (no at::vec), so eager, said why."""
+    from difforge.devices.compile import compile_policy
+
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+    policy = compile_policy("cpu")
+    assert not policy.available and "ATEN_CPU_CAPABILITY=default" in policy.detail
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    assert compile_policy("cpu").detail != policy.detail

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from difforge.devices.compile import cpp_compiler
+from difforge.devices.compile import compile_policy
 from difforge.runtime import philox
 from difforge.runtime.philox import (
     MASK32,
@@ -161,8 +161,7 @@ def test_blocks_do_not_change_the_draw() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(cpp_compiler() is None, reason="Inductor's CPU backend needs a C++ compiler (devices/compile.py "
-                                                   "CPP_COMPILERS); none on PATH")
+@pytest.mark.skipif(not compile_policy("cpu").available, reason=f"no CPU compile here: {compile_policy('cpu').detail}")
 def test_compiled_equals_eager_bit_for_bit_on_cpu() -> None:
     """One Inductor graph: the words and the Gumbel-max block (functional form), steps and keys as tensors."""
 

@@ -23,6 +23,7 @@ caller records it.
 from __future__ import annotations
 
 import importlib
+import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -99,4 +100,9 @@ def compile_policy(device_type: str) -> CompilePolicy:
                              "mode max-autotune-no-cudagraphs")
     if device_type == "cpu" and cpp_compiler() is None:
         return CompilePolicy(device_type, False, detail="no C++ compiler on PATH (Inductor's CPU backend needs one)")
+    if device_type == "cpu" and os.environ.get("ATEN_CPU_CAPABILITY", "").strip().lower() == "default":
+        # measured with torch 2.13: Inductor still emits at::vec code, which the 'default' kernel family's
+        # headers do not declare, so every compiled CPU kernel fails to build
+        return CompilePolicy(device_type, False, detail="ATEN_CPU_CAPABILITY=default: Inductor's CPU kernels need "
+                                                        "a vector kernel family (avx2, avx512, neon ...)")
     return CompilePolicy(device_type, True, "inductor", None, "inductor", "default mode")

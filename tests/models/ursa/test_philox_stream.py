@@ -7,7 +7,7 @@ import torch
 
 from difforge.config import RunConfig
 from difforge.devices import CPUBackend
-from difforge.devices.compile import cpp_compiler
+from difforge.devices.compile import compile_policy
 from difforge.models.ursa import URSAPipeline
 from difforge.models.ursa.call import PHILOX_RNG
 from difforge.models.ursa.sampling import DEVICE_CHUNK, Draws, PhiloxDraws
@@ -75,8 +75,7 @@ def test_host_and_device_policies_give_the_same_step(tiny_pipe: URSAPipeline) ->
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(cpp_compiler() is None, reason="Inductor's CPU backend needs a C++ compiler (devices/compile.py "
-                                                   "CPP_COMPILERS); none on PATH")
+@pytest.mark.skipif(not compile_policy("cpu").available, reason=f"no CPU compile here: {compile_policy('cpu').detail}")
 def test_tiny_ursa_step_eager_equals_compiled(tiny_pipe: URSAPipeline) -> None:
     """The Gumbel-max block compiled by the CPU's policy (Inductor) gives the eager block's tokens, every step kind."""
     from functools import partial
