@@ -174,6 +174,7 @@ def test_compile_policy_per_device(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not cpu.available and "C++ compiler" in cpu.detail
 
 
+@pytest.mark.skipif(not compile_policy("cpu").available, reason=f"no CPU compile here: {compile_policy('cpu').detail}")
 def test_set_compile_installs_and_removes_the_layer_function(tiny_ursa) -> None:
     pipe, _ = load(tiny_ursa)
     record = RunRecord("generate")
