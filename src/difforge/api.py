@@ -52,6 +52,11 @@ def _run(cfg: RunConfig, task: str, images: list[Image.Image] | None) -> RunResu
     record = RunRecord(kind=task)
     with spinner(f"loading {cfg.model}", cfg.quiet):
         pipeline = load_pipeline(cfg.model, cfg.device, cfg.dtype, cfg=cfg, record=record, task=task)
+    return _run_and_write(pipeline, cfg, images, record)
+
+
+def _run_and_write(pipeline: Any, cfg: RunConfig, images: list[Image.Image] | None, record: RunRecord) -> RunResult:
+    """One call on a loaded pipeline, then the outputs it asked for: images, RunRecord, perf dump."""
     result = run_pipeline(pipeline, cfg, images=images, record=record)
     if cfg.output:
         result.paths = save_images(result.images, cfg.output, record)
@@ -110,14 +115,7 @@ def batch(task: str, prompts: Sequence[str], model: str, num_images_per_prompt: 
     for i, cfg in enumerate(cfgs):  # the load is timed once, in the first image's record
         rec = RunRecord(kind=task, backend=dict(record.backend), adaptations=list(record.adaptations),
                         phases={"load": record.phases["load"]} if i == 0 and "load" in record.phases else {})
-        result = run_pipeline(pipeline, cfg, images=pictures, record=rec)
-        if cfg.output:
-            result.paths = save_images(result.images, cfg.output, rec)
-        if cfg.record:
-            rec.save(cfg.record)
-        if cfg.perf_dump:
-            rec.save_perf_dump(cfg.perf_dump)
-        results.append(result)
+        results.append(_run_and_write(pipeline, cfg, pictures, rec))
     return results
 
 
