@@ -364,18 +364,21 @@ class _Climb:
         self.prog.done(None, t0, runs.error or "")
         return runs
 
+    def _dut_run(self, runs: _RefRuns, seed: int, cfg: RunConfig) -> TrajectoryRun:
+        """The device's run of ``seed``: the smoke run for the main seed, a new traced run for the others."""
+        if seed == self.o.seed:
+            return TrajectoryRun(self.smoke_images, self.smoke_trace)
+        runs.stage = f"the device run (seed {seed})"
+        trace = StepTrace()
+        imgs, _ = self.lad.run(self.dut.pipe, cfg, trace=trace)
+        return TrajectoryRun(imgs, trace)
+
     def _reference_runs(self, runs: _RefRuns) -> None:
         """The device on the extra seeds, the reference and the floor on every seed (CPU noise)."""
-        lad, dut, ref, floor = self.lad, self.dut.pipe, self.ref.pipe, self.floor
+        lad, ref, floor = self.lad, self.ref.pipe, self.floor
         for seed in runs.seeds:
             cfg = lad.dut_cfg(seed=seed)
-            if seed == self.o.seed:
-                dut_run = TrajectoryRun(self.smoke_images, self.smoke_trace)
-            else:
-                runs.stage = f"the device run (seed {seed})"
-                tr = StepTrace()
-                imgs, _ = lad.run(dut, cfg, trace=tr)
-                dut_run = TrajectoryRun(imgs, tr)
+            dut_run = self._dut_run(runs, seed, cfg)
             runs.stage = f"the reference run (seed {seed})"
             rtr = StepTrace()
             rimgs, _ = lad.run(ref, lad.ref_cfg(cfg), trace=rtr)
@@ -404,13 +407,7 @@ class _Climb:
         floor = golden.floor
         for seed in runs.seeds:
             cfg = lad.dut_cfg(seed=seed)
-            if seed == self.o.seed:
-                dut_run = TrajectoryRun(self.smoke_images, self.smoke_trace)
-            else:
-                runs.stage = f"the device run (seed {seed})"
-                tr = StepTrace()
-                imgs, _ = lad.run(self.dut.pipe, cfg, trace=tr)
-                dut_run = TrajectoryRun(imgs, tr)
+            dut_run = self._dut_run(runs, seed, cfg)
             runs.stage = f"reading the golden run (seed {seed})"
             ref_run = golden.ref.trajectory(cfg)
             if seed == self.o.seed:

@@ -290,12 +290,15 @@ def step_rung(dut: Any, ref: Any, runs: list[tuple[RunConfig, StepTrace]], floor
                 worst = (ratio, cfg, i, trace.inputs[i])
     data: dict[str, Any] = {"seeds": per_seed, "localisation": None}
     result = RungResult.from_rows("step", rows, data=data)
+    def locate(cfg: RunConfig, i: int, inputs: dict[str, torch.Tensor], informative: bool) -> dict[str, Any]:
+        loc = localise(dut, ref, cfg, i, inputs, floor)
+        loc.update(seed=cfg.seed, informative=informative)
+        data["localisation"] = loc
+        return loc
+
     if target is not None:
         cfg, i, inputs, _ = target
-        loc = localise(dut, ref, cfg, i, inputs, floor)
-        loc["seed"] = cfg.seed
-        loc["informative"] = False
-        data["localisation"] = loc
+        loc = locate(cfg, i, inputs, informative=False)
         where = loc["first_divergent"] or "after the last block (final norm / head)"
         first_bad = next(r.subject for r in rows if r.verdict is result.verdict)
         result.summary = f"first {result.verdict} at {first_bad}; first divergent block: {where}"
@@ -305,10 +308,7 @@ def step_rung(dut: Any, ref: Any, runs: list[tuple[RunConfig, StepTrace]], floor
             # Every step passed: the worst one is still replayed block by block (one more forward), so a
             # fault the other rungs catch is located here too; informative only, it never changes the verdict.
             _, cfg, i, inputs = worst
-            loc = localise(dut, ref, cfg, i, inputs, floor)
-            loc["seed"] = cfg.seed
-            loc["informative"] = True
-            data["localisation"] = loc
+            loc = locate(cfg, i, inputs, informative=True)
             if loc["first_divergent"]:
                 result.summary += f"; at the worst step ({i}) block {loc['first_divergent']} exceeds its floor"
     result.data = data
