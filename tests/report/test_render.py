@@ -58,12 +58,16 @@ def test_write_report_en(tmp_path: Path) -> None:
 def test_write_report_zh(tmp_path: Path) -> None:
     result, files = _result(tmp_path)
     md = write_report(result, tmp_path, lang="zh", files=files)["markdown"].read_text()
-    assert "## 1. 简介" in md and "## 10. 交付件清单" in md and "近似" in md
+    assert "## 1. 各级结论" in md and "## 10. 交付件清单" in md and "近似" in md
 
 
 def test_fmt() -> None:
     assert fmt(None) == "–" and fmt(True) == "yes" and fmt(0.0) == "0"
-    assert fmt(1.23456789) == "1.23457" and fmt(1e-7) == "1.000e-07" and fmt(float("inf")) == "inf"
+    assert fmt(1.23456789) == "1.23" and fmt(1e-7) == "1.00e-07" and fmt(float("inf")) == "inf"
+    # rounded to what a value can show: 3 significant digits, a time in seconds, a large count
+    assert fmt(0.0438206) == "0.0438" and fmt(27.345) == "27.3" and fmt(12345.6) == "12346" and fmt(3.0) == "3"
+    # just below 1 (a cosine, an agreement): digits until the distance from 1 shows, never rounded to 1
+    assert fmt(0.999873) == "0.99987" and fmt(0.99999991) == "0.99999991" and fmt(0.9912) == "0.9912"
 
 
 def test_verdict_reasons_and_missing_floor_are_shown(tmp_path: Path) -> None:
@@ -97,9 +101,11 @@ def test_pictures_come_first_input_reference_device_difference(tmp_path: Path) -
     result.data["gallery"]["entries"][0]["strip"] = s_path.name
     paths = write_report(result, tmp_path, lang="en", files=[*files, s_path])
     md = paths["markdown"].read_text()
-    assert md.index("gallery_0_strip.png") < md.index("## 1. Overview")  # pictures under the verdict, before tables
+    # pictures under the verdict, then the rung table, then the performance table, details after
+    assert md.index("## 1. Device against reference") < md.index("gallery_0_strip.png") < md.index(
+        "## 2. Verdict by rung") < md.index("## 3. Performance") < md.index("## 4. Accuracy")
     html = paths["html"].read_text()
-    assert html.index('class="strip"') < html.index("<h2>1. Overview</h2>")
+    assert html.index('class="strip"') < html.index("<h2>2. Verdict by rung</h2>") < html.index("<h2>3. Performance")
 
 
 def test_signoff_block_names_the_weights_inputs_and_a_local_reproduce(tmp_path: Path) -> None:
@@ -109,7 +115,7 @@ def test_signoff_block_names_the_weights_inputs_and_a_local_reproduce(tmp_path: 
                               "reproduce_here": "difforge validate --image images/input_0.png --out ../r_1-again"}
     paths = write_report(result, tmp_path, lang="en", files=files)
     md = paths["markdown"].read_text()
-    assert "## Sign-off" in md and "ab" * 32 in md and "| Reviewer | Date | Subjective evaluation |" in md
+    assert "## 9. Sign-off" in md and "ab" * 32 in md and "| Reviewer | Date | Subjective evaluation |" in md
     assert "difforge validate --image images/input_0.png --out ../r_1-again" in md  # verbatim inside its fence
     assert r"m\_\*x\*" in md or r"m_\*x\*" in md  # a user's name is escaped in prose
     zh = write_report(result, tmp_path, lang="zh", files=files)["markdown"].read_text()

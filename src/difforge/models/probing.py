@@ -46,6 +46,11 @@ class Probe(Protocol):
     negative_prompt: ClassVar[str | None]
     #: Denoising steps of a run that gives no --steps (the family's default).
     default_steps: ClassVar[int]
+    #: The family's exact optimisations a call can switch off (``--disable``): all off is the baseline row
+    #: of the report's performance table.
+    exact_optimisations: ClassVar[tuple[str, ...]]
+    #: The family's approximate optimisations (``--fast``), each timed as its own performance row.
+    approximate_optimisations: ClassVar[tuple[str, ...]]
 
     pipeline: Any
 

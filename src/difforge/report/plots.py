@@ -1,98 +1,195 @@
-"""Matplotlib figures of the report (PNG bytes; the Agg backend needs no display)."""
+"""Matplotlib figures of the report (PNG bytes; the Agg backend needs no display).
+
+Each quantity gets its own axes (a ratio and a cosine never share a y scale), steps are integer ticks,
+and the horizontal lines are the limits the rules really apply (:mod:`difforge.validate.thresholds`),
+so a reader can see where a step crossed one.  Labels follow the report's language; the zh plots use
+the report's embedded Chinese font (:mod:`difforge.report.fonts`), so they render on a machine without
+one.
+"""
 
 from __future__ import annotations
 
 import io
+import math
 from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+from ..validate.thresholds import ABS_COS_FAIL, RATIO_FAIL, RATIO_PASS  # noqa: E402
+
+LABELS: dict[str, dict[str, str]] = {
+    "en": {
+        "step": "denoising step", "ratio": "rel-L2 / floor's", "ratio_title": "teacher-forced step: error over the floor",
+        "cos": "1 - cosine", "cos_title": "teacher-forced step: cosine", "rel": "rel-L2",
+        "rel_title": "teacher-forced step: rel-L2 (no floor)",
+        "pass_line": f"PASS up to {RATIO_PASS:g}x", "fail_line": f"FAIL above {RATIO_FAIL:g}x",
+        "cos_line": f"FAIL below cosine {ABS_COS_FAIL:g}",
+        "traj_title": "free-running trajectory vs reference (informative)", "traj_latent": "latent rel-L2",
+        "traj_tokens": "token disagreement", "device": "device", "floor": "floor", "seed": "seed",
+        "time_title": "per-step time (timed rounds)", "ms": "ms", "round": "round",
+        "block": "block", "block_ratio": "rel-L2 / floor's", "block_cos": "1 - cosine",
+        "block_title": "block outputs at step {step}", "divergent": "divergent", "within": "within the rule",
+    },
+    "zh": {
+        "step": "去噪步", "ratio": "相对 L2 / 噪声基线", "ratio_title": "逐步教师强制：误差与噪声基线之比",
+        "cos": "1 - 余弦相似度", "cos_title": "逐步教师强制：余弦相似度", "rel": "相对 L2",
+        "rel_title": "逐步教师强制：相对 L2（无噪声基线）",
+        "pass_line": f"≤ {RATIO_PASS:g} 倍通过", "fail_line": f"> {RATIO_FAIL:g} 倍失败",
+        "cos_line": f"余弦 < {ABS_COS_FAIL:g} 失败",
+        "traj_title": "完整轨迹与参考的偏离（仅供参考）", "traj_latent": "潜变量相对 L2",
+        "traj_tokens": "token 不一致率", "device": "被测设备", "floor": "噪声基线", "seed": "种子",
+        "time_title": "逐步耗时（计时轮次）", "ms": "毫秒", "round": "轮次",
+        "block": "层", "block_ratio": "相对 L2 / 噪声基线", "block_cos": "1 - 余弦相似度",
+        "block_title": "第 {step} 步各层输出", "divergent": "分叉", "within": "在规则之内",
+    },
+}
+#: The Chinese labels (the embedded font's subset must hold their characters).
+ZH_LABELS = LABELS["zh"]
+TINY = 1e-12
+
+
+def _labels(lang: str) -> dict[str, str]:
+    if lang == "zh":
+        from .fonts import register_matplotlib
+
+        family = register_matplotlib()
+        plt.rcParams["font.family"] = ["DejaVu Sans", family]  # Latin first, the CJK subset for the rest
+    else:
+        plt.rcParams["font.family"] = ["DejaVu Sans"]
+    return LABELS.get(lang, LABELS["en"])
 
 
 def _png(fig: Any) -> bytes:
     buf = io.BytesIO()
     fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=110)
+    fig.savefig(buf, format="png", dpi=110, metadata={"Software": None})
     plt.close(fig)
     return buf.getvalue()
 
 
-def step_error_plot(step_data: dict[str, Any] | None, traj_data: dict[str, Any] | None) -> bytes | None:
-    """Left: teacher-forced error per step (1 - cosine, rel-L2). Right: free-running divergence, device
-    and floor, per step."""
+def _steps_axis(ax: Any, label: str) -> None:
+    ax.set_xlabel(label)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def _finite(y: float, cap: float = 1e3) -> float:
+    return cap if not math.isfinite(y) else max(y, TINY)
+
+
+def step_error_plot(step_data: dict[str, Any] | None, traj_data: dict[str, Any] | None,
+                    lang: str = "en") -> bytes | None:
+    """The teacher-forced step rule on its own axes - rel-L2 over the floor's with the PASS/FAIL ratio lines
+    (rel-L2 alone when there is no floor), and 1 - cosine with the absolute cosine limit - then the
+    free-running trajectory's per-step divergence, device and floor (informative: the trajectory rung
+    judges the final image)."""
     seeds = (step_data or {}).get("seeds") or []
     tseeds = (traj_data or {}).get("seeds") or []
     if not seeds and not tseeds:
         return None
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
-    for s in seeds:
-        pts = s["steps"]
-        xs = [p["step"] for p in pts]
-        ax1.semilogy(xs, [max(1 - p["cosine"], 1e-12) for p in pts], "o-", label=f"1-cos seed {s['seed']}")
-        ax1.semilogy(xs, [max(p["rel_l2"], 1e-12) for p in pts], "s--", label=f"rel-L2 seed {s['seed']}")
-    ax1.axhline(1 - 0.999, color="green", lw=0.8, ls=":", label="1-cos PASS limit")
-    ax1.axhline(1 - 0.99, color="red", lw=0.8, ls=":", label="1-cos FAIL limit")
-    ax1.set_xlabel("denoising step")
-    ax1.set_title("teacher-forced: device vs reference")
-    ax1.legend(fontsize=7)
-    for s in tseeds:
-        for key, style, who in (("per_step", "o-", "device"), ("per_step_floor", "x--", "floor")):
-            pts = s.get(key) or []
-            if not pts:
-                continue
-            xs = [p["step"] for p in pts]
-            if "rel_l2" in pts[0]:
-                ys = [max(p["rel_l2"], 1e-12) for p in pts]
-                ax2.set_ylabel("latent rel-L2")
+    t = _labels(lang)
+    panels = (2 if seeds else 0) + (1 if tseeds else 0)
+    fig, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.4), squeeze=False)
+    axes = list(axes[0])
+    if seeds:
+        ax_r, ax_c = axes.pop(0), axes.pop(0)
+        has_floor = all("ratio" in p for s in seeds for p in s["steps"])
+        for s in seeds:
+            xs = [p["step"] for p in s["steps"]]
+            label = f"{t['seed']} {s['seed']}"
+            if has_floor:
+                ax_r.plot(xs, [_finite(p["ratio"]) for p in s["steps"]], "o-", label=label)
             else:
-                ys = [max(1 - p["token_agreement"], 1e-12) for p in pts]
-                ax2.set_ylabel("token disagreement")
-            ax2.semilogy(xs, ys, style, label=f"{who} seed {s['seed']}")
-    ax2.set_xlabel("denoising step")
-    ax2.set_title("free-running trajectory vs reference")
-    if ax2.has_data():
-        ax2.legend(fontsize=7)
+                ax_r.semilogy(xs, [_finite(p["rel_l2"]) for p in s["steps"]], "o-", label=label)
+            ax_c.semilogy(xs, [_finite(1 - p["cosine"]) for p in s["steps"]], "o-", label=label)
+        if has_floor:
+            ax_r.axhline(RATIO_PASS, color="green", lw=1, ls="--", label=t["pass_line"])
+            ax_r.axhline(RATIO_FAIL, color="red", lw=1, ls="--", label=t["fail_line"])
+            worst = max(_finite(p["ratio"]) for s in seeds for p in s["steps"])
+            if worst > 10:  # a blown-up step: a log scale keeps the clean ones readable
+                ax_r.set_yscale("log")
+            else:
+                ax_r.set_ylim(0, max(RATIO_FAIL * 1.25, worst * 1.1))
+            ax_r.set_ylabel(t["ratio"])
+            ax_r.set_title(t["ratio_title"], fontsize=9)
+        else:
+            ax_r.set_ylabel(t["rel"])
+            ax_r.set_title(t["rel_title"], fontsize=9)
+        ax_c.axhline(1 - ABS_COS_FAIL, color="red", lw=1, ls="--", label=t["cos_line"])
+        ax_c.set_ylabel(t["cos"])
+        ax_c.set_title(t["cos_title"], fontsize=9)
+        for ax in (ax_r, ax_c):
+            _steps_axis(ax, t["step"])
+            ax.legend(fontsize=7)
+    if tseeds:
+        ax = axes.pop(0)
+        for s in tseeds:
+            for key, style, who in (("per_step", "o-", t["device"]), ("per_step_floor", "x--", t["floor"])):
+                pts = s.get(key) or []
+                if not pts:
+                    continue
+                xs = [p["step"] for p in pts]
+                if "rel_l2" in pts[0]:
+                    ys = [_finite(p["rel_l2"]) for p in pts]
+                    ax.set_ylabel(t["traj_latent"])
+                    ax.set_yscale("log")
+                else:  # a share from 0 to 1: a linear axis (a log one would stretch the exact 0 of step 0)
+                    ys = [1 - p["token_agreement"] for p in pts]
+                    ax.set_ylabel(t["traj_tokens"])
+                    ax.set_ylim(0, 1.05)
+                ax.plot(xs, ys, style, label=f"{who}, {t['seed']} {s['seed']}")
+        _steps_axis(ax, t["step"])
+        ax.set_title(t["traj_title"], fontsize=9)
+        if ax.has_data():
+            ax.legend(fontsize=7)
     return _png(fig)
 
 
-def step_time_plot(bench_data: dict[str, Any] | None) -> bytes | None:
+def step_time_plot(bench_data: dict[str, Any] | None, lang: str = "en") -> bytes | None:
     """Per-step wall time of every timed round (ms)."""
     rounds = (bench_data or {}).get("step_times_s") or []
     if not rounds or not any(rounds):
         return None
-    fig, ax = plt.subplots(figsize=(7, 3.2))
+    t = _labels(lang)
+    fig, ax = plt.subplots(figsize=(7, 3.0))
     for k, times in enumerate(rounds):
-        ax.plot(range(len(times)), [t * 1e3 for t in times], "o-", label=f"round {k + 1}")
-    ax.set_xlabel("denoising step")
-    ax.set_ylabel("ms")
-    ax.set_title("per-step time (timed rounds)")
+        ax.plot(range(len(times)), [x * 1e3 for x in times], "o-", label=f"{t['round']} {k + 1}")
+    _steps_axis(ax, t["step"])
+    ax.set_ylabel(t["ms"])
+    ax.set_ylim(bottom=0)
+    ax.set_title(t["time_title"], fontsize=9)
     ax.legend(fontsize=7)
     return _png(fig)
 
 
-def block_plot(localisation: dict[str, Any] | None) -> bytes | None:
+def block_plot(localisation: dict[str, Any] | None, lang: str = "en") -> bytes | None:
     """Every transformer block's output at the localised step, by the rule that judged it: its rel-L2 over
     the floor's at that block (with a floor, the line at the ratio threshold), else 1 - cosine."""
     blocks = (localisation or {}).get("blocks") or []
     if not blocks:
         return None
-    fig, ax = plt.subplots(figsize=(7, 3.2))
+    t = _labels(lang)
+    fig, ax = plt.subplots(figsize=(7, 3.0))
     ratio_rule = localisation.get("ratio_threshold") is not None and all(b.get("ratio") is not None for b in blocks)
     if ratio_rule:
-        ys = [b["ratio"] if b["ratio"] == b["ratio"] else 1e3 for b in blocks]
-        line, label = localisation["ratio_threshold"], "rel-L2 / floor's"
+        ys = [_finite(b["ratio"]) for b in blocks]
+        line, label = localisation["ratio_threshold"], t["block_ratio"]
     else:
-        ys = [max(1 - b["cosine"], 1e-12) if b["cosine"] == b["cosine"] else 1.0 for b in blocks]
-        line, label = 1 - localisation["threshold"], "1 - cosine"
+        ys = [_finite(1 - b["cosine"]) if b["cosine"] == b["cosine"] else 1.0 for b in blocks]
+        line, label = 1 - localisation["threshold"], t["block_cos"]
     colours = ["red" if b["divergent"] else "steelblue" for b in blocks]
     ax.bar(range(len(blocks)), ys, color=colours)
-    ax.set_yscale("log")
-    ax.axhline(line, color="red", lw=0.8, ls=":")
+    if not ratio_rule or max(ys) > 10:  # a cosine gap, or a blown-up block: a log scale
+        ax.set_yscale("log")
+    else:
+        ax.set_ylim(0, max(line * 1.25, max(ys) * 1.1))
+    ax.axhline(line, color="red", lw=1, ls="--")
     ax.set_xticks(range(len(blocks)))
     ax.set_xticklabels([b["block"].split(".")[-1] for b in blocks], fontsize=7)
-    ax.set_xlabel("block")
+    ax.set_xlabel(t["block"])
     ax.set_ylabel(label)
-    ax.set_title(f"block outputs at step {localisation['step']}")
+    ax.set_title(t["block_title"].format(step=localisation["step"]), fontsize=9)
     return _png(fig)

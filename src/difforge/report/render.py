@@ -29,8 +29,10 @@ from ..runtime.record import sha256_file
 from ..validate.options import DUT_ONLY
 from ..validate.thresholds import SOURCES
 from ..version import __version__
+from .fonts import font_face_css
 from .i18n import RUNG_TITLES, texts
 from .plots import block_plot, step_error_plot, step_time_plot
+from .zh_text import translator
 
 if TYPE_CHECKING:
     from ..validate.options import ValidationResult
@@ -66,7 +68,9 @@ def _code_fence(lines: list[str]) -> str:
 
 
 def fmt(value: Any) -> str:
-    """Compact, stable number formatting for tables."""
+    """A number rounded to what it can show: 3 significant digits; a value just below 1 (a cosine, an
+    agreement) keeps digits until its distance from 1 shows (0.99987, not 1); tiny and huge values in
+    e-notation; whole numbers as they are."""
     if value is None:
         return "–"
     if isinstance(value, bool):
@@ -80,15 +84,50 @@ def fmt(value: Any) -> str:
             return "inf" if value > 0 else "-inf"
         if value == 0:
             return "0"
-        if abs(value) >= 1e5 or abs(value) < 1e-3:
-            return f"{value:.3e}"
-        return f"{value:.6g}"
+        if value.is_integer() and abs(value) < 1e6:
+            return str(int(value))
+        if 0.99 <= abs(value) < 1:
+            gap = 1 - abs(value)
+            digits = min(10, max(3, 1 - math.floor(math.log10(gap)))) if gap > 0 else 10
+            return f"{value:.{digits}f}".rstrip("0")
+        if abs(value) >= 1e6 or abs(value) < 1e-3:
+            return f"{value:.2e}"
+        if abs(value) >= 1000:
+            return f"{value:.0f}"
+        return f"{value:.3g}"
     return str(value)
 
 
-def rung_table(rung: RungResult) -> dict[str, Any]:
+#: Measurement names as a reviewer reads them (English); zh goes through :mod:`.zh_text`.
+EN_COLUMNS = {
+    "median_s": "median (s)", "min_s": "min (s)", "max_s": "max (s)", "steps_per_s": "steps/s",
+    "peak_device_mib": "device peak (MiB)", "peak_host_rss_mib": "host RSS peak (MiB)",
+    "forwards_per_step": "forwards/step", "tokens_per_forward": "tokens/forward", "flops_per_step": "FLOPs/step",
+    "achieved_tflops": "achieved TFLOP/s", "peak_tflops": "peak TFLOP/s", "mfu": "MFU",
+    "rmse_levels": "RMSE (levels)", "floor_rmse_levels": "floor RMSE (levels)", "psnr_db": "PSNR (dB)",
+    "floor_psnr_db": "floor PSNR (dB)", "ssim": "SSIM", "floor_ssim": "floor SSIM",
+    "nonfinite_only_device": "NaN/Inf on device only",
+}
+
+
+def column_name(name: str, lang: str, tr: Callable[[str], str]) -> str:
+    """The table header of measurement ``name``: the zh catalogue's, else a readable English one."""
+    if lang != "en":
+        return tr(name)
+    if name in EN_COLUMNS:
+        return EN_COLUMNS[name]
+    return name.replace("rel_l2", "rel-L2").replace("max_abs", "max |diff|").replace("_", " ")
+
+
+#: A rung table with more measurement columns than this is laid out one subject a row with its
+#: measurements as a wrapped list (and the thresholds as a legend), so it never runs off the page.
+WIDE_COLUMNS = 7
+
+
+def rung_table(rung: RungResult, tr: Callable[[str], str] = str, lang: str = "en") -> dict[str, Any]:
     """Columns = measurement names (first-seen order); a threshold row under the header; cells carry
-    a verdict mark; the last column is the row verdict."""
+    a verdict mark; the last column is the row verdict.  ``tr`` puts the run-time texts (names,
+    subjects, notes, thresholds) into the report's language."""
     names: list[str] = []
     thresholds: dict[str, str] = {}
     sources: dict[str, str] = {}
@@ -111,14 +150,17 @@ def rung_table(rung: RungResult) -> dict[str, Any]:
             else:
                 mark = f" {MARK[str(m.verdict)]}" if m.verdict is not None and str(m.verdict) in MARK else ""
                 cells.append(fmt(m.value) + mark)
-        body.append({"subject": row.subject, "cells": cells, "verdict": str(row.verdict), "note": row.note})
+        items = [(column_name(n, lang, tr), c) for n, c in zip(names, cells, strict=True) if c != ""]
+        body.append({"subject": tr(row.subject), "cells": cells, "pairs": items, "verdict": str(row.verdict),
+                     "note": tr(row.note) if row.note else row.note})
     threshold_cells = []
     for n in names:
         t = thresholds.get(n, "")
-        if t and n in sources:
-            t = f"{t} [{SOURCES[sources[n]][0]}]"
+        t = f"{tr(t)} [{SOURCES[sources[n]][0]}]" if t and n in sources else tr(t)
         threshold_cells.append(t)
-    return {"headers": names, "thresholds": threshold_cells, "rows": body,
+    legend = [(column_name(n, lang, tr), x) for n, x in zip(names, threshold_cells, strict=True) if x]
+    return {"summary": tr(rung.summary), "headers": [column_name(n, lang, tr) for n in names],
+            "wide": len(names) > WIDE_COLUMNS, "legend": legend, "thresholds": threshold_cells, "rows": body,
             "has_thresholds": any(threshold_cells), "sources": sorted(set(sources.values()))}
 
 
@@ -137,26 +179,84 @@ def _jsonable(obj: Any) -> Any:
     return str(obj)
 
 
-def _env_tables(env: dict[str, Any]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+def _env_tables(env: dict[str, Any], t: dict[str, str]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     versions = [(k, fmt(v)) for k, v in (env.get("packages") or {}).items()]
     dut = env.get("device_under_test") or {}
     ref = env.get("reference_device") or {}
     drv = env.get("driver") or {}
     mem = dut.get("total_memory_bytes")
     items = [
-        ("device under test", f"{dut.get('device_name')} ({dut.get('device')}), count {dut.get('device_count')}"),
-        ("device memory", f"{mem / 2**30:.1f} GiB" if mem else "–"),
-        ("reference device", f"{ref.get('device_name')} ({ref.get('device')})"),
-        ("driver / CANN", ", ".join(f"{k} {v}" for k, v in drv.items() if v) or "–"),
-        ("difforge commit", fmt(env.get("difforge_git"))),
-        ("platform", fmt(env.get("platform"))),
-        ("CPU threads", f"{env.get('cpu_count')} cores, torch uses {env.get('torch_threads')}"),
-        ("env vars set", ", ".join(f"{k}={v}" for k, v in (env.get("env") or {}).items()) or "–"),
-        ("presets applied", ", ".join(f"{k}={v}" for k, v in (env.get("env_presets") or {}).get("applied", {}).items())
+        (t["env_dut"], f"{dut.get('device_name')} ({dut.get('device')}), {t['env_count']} {dut.get('device_count')}"),
+        (t["env_memory"], f"{mem / 2**30:.1f} GiB" if mem else "–"),
+        (t["env_ref"], f"{ref.get('device_name')} ({ref.get('device')})"),
+        (t["env_driver"], ", ".join(f"{k} {v}" for k, v in drv.items() if v) or "–"),
+        (t["env_commit"], fmt(env.get("difforge_git"))),
+        (t["env_platform"], fmt(env.get("platform"))),
+        (t["env_threads"], t["env_threads_value"].format(cores=env.get("cpu_count"), threads=env.get("torch_threads"))),
+        (t["env_vars"], ", ".join(f"{k}={v}" for k, v in (env.get("env") or {}).items()) or "–"),
+        (t["env_presets"], ", ".join(f"{k}={v}" for k, v in (env.get("env_presets") or {}).get("applied", {}).items())
          or "–"),
-        ("config hash (sha256)", fmt(env.get("config_hash"))),
+        (t["env_config_hash"], fmt(env.get("config_hash"))),
     ]
     return versions, items
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "–"
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+def _speed_context(bench: RungResult | None, t: dict[str, str], tr: Callable[[str], str],
+                   esc: Callable[[Any], Any]) -> dict[str, Any]:
+    """The ModelZoo-style performance table: header line and one row per configuration."""
+    speed = (bench.data or {}).get("speed") if bench is not None else None
+    if not speed:
+        return {}
+    h = speed["header"]
+    kinds = {"baseline": t["perf_baseline"], "exact": t["perf_exact"], "validated": t["perf_validated_row"],
+             "approximate": t["perf_approximate"]}
+    rows = []
+    for r in speed.get("rows") or []:
+        name = t["perf_defaults"] if r.get("name") == "defaults" else r.get("name", "")
+        if "error" in r:
+            rows.append({"kind": kinds.get(r["kind"], r["kind"]), "options": name, "error":
+                         t["perf_failed"].format(error=tr(r["error"]))})
+            continue
+        mem_note = "" if r.get("memory_kind") == "device" else f" ({t['perf_host']})"
+        speedup = r.get("speedup_end_to_end") or r.get("speedup_step")
+        rows.append({"kind": kinds.get(r["kind"], r["kind"]), "options": name, "error": "",
+                     "cells": [fmt(r.get("s_per_it")), fmt(r.get("it_per_s")), fmt(r.get("end_to_end_s")),
+                               "–" if speedup is None else f"{speedup:.2f}×",
+                               _bytes(r.get("memory_after_load_bytes")) + mem_note,
+                               _bytes(r.get("peak_bytes")) + mem_note],
+                     "validated": "✓" if r.get("validated") else ""})
+    text = t["perf_table_text"].format(**{"variant_rounds": h.get("rounds"), "variant_warmup": h.get("warmup"),
+                                          **{k: esc(v) for k, v in h.items()}})
+    return {"text": text, "rows": rows, "skipped": t["perf_no_table"] if speed.get("skipped") else "",
+            "headers": [t["perf_config"], t["perf_options"], t["perf_s_it"], t["perf_it_s"], t["perf_e2e"],
+                        t["perf_speedup"], t["perf_mem_load"], t["perf_mem_peak"], t["perf_validated"]]}
+
+
+#: The report's sections in reading order (pictures first, then the verdict, the performance table, the
+#: accuracy rungs' detail, and the record); each present one is numbered in this order.
+SECTIONS = ("pictures", "overview", "performance", "accuracy", "smoke", "environment", "adaptations",
+            "reproduce", "gallery", "signoff", "notes", "deliverables")
+SUBSECTIONS = {"accuracy": ("operator", "component_rung", "step", "trajectory", "msprobe")}
+
+
+def _headings(t: dict[str, str], present: set[str]) -> dict[str, str]:
+    """Numbered headings of the sections present (``1. ...``), subsections ``4.1 ...``."""
+    out: dict[str, str] = {}
+    n = 0
+    for key in SECTIONS:
+        if key not in present:
+            continue
+        n += 1
+        out[key] = f"{n}. {t[key]}"
+        for i, sub in enumerate(SUBSECTIONS.get(key, ()), 1):
+            out[sub] = f"{n}.{i} {t[sub]}"
+    return out
 
 
 #: Options that change what every side computes, as the configuration table names them (field, flag).
@@ -254,15 +354,16 @@ def build_context(result: ValidationResult, lang: str, plots: dict[str, bytes], 
     """The template context; ``markdown=True``: the prose is pre-escaped and marked safe for report.md."""
     esc: Callable[[Any], Any] = md_escape if markdown else (lambda v: v)
     t = texts(lang)
+    tr = translator(lang)
     d = result.data
     titles = RUNG_TITLES.get(lang, RUNG_TITLES["en"])
     env = d.get("environment", {})
-    versions, env_items = _env_tables(env)
+    versions, env_items = _env_tables(env, t)
     presets = [p for p in (env.get("env_presets") or {}).get("recommended", []) if not p.get("opt_in")]
     reproduce = ["pip install -e .", *[f"export {p['name']}={p['value']}" for p in presets], *d.get("reproduce", [])]
-    overview = [{"key": k, "title": titles.get(k, k), "verdict": str(r.verdict), "summary": r.summary,
+    overview = [{"key": k, "title": titles.get(k, k), "verdict": str(r.verdict), "summary": tr(r.summary),
                  "seconds": fmt(round(r.seconds, 2)) if r.seconds else "–"} for k, r in result.rungs.items()]
-    tables = {k: rung_table(r) for k, r in result.rungs.items()}
+    tables = {k: rung_table(r, tr, lang) for k, r in result.rungs.items()}
     used_sources = sorted({s for tb in tables.values() for s in tb["sources"]})
     step = result.rungs.get("step")
     loc = step.data.get("localisation") if step is not None else None
@@ -282,18 +383,19 @@ def build_context(result: ValidationResult, lang: str, plots: dict[str, bytes], 
         "env_items": env_items,
         "reproduce": reproduce,
         "config_rows": _config_rows(d.get("config") or {}, t),
-        "quick_reductions": d.get("quick_reductions") or [],
-        "adaptations": d.get("adaptations", []),
+        "quick_reductions": [tr(q) for q in d.get("quick_reductions") or []],
+        "adaptations": [{**a, "what": tr(a.get("what", "")), "choice": tr(a.get("choice", "")),
+                         "detail": tr(a.get("detail", ""))} for a in d.get("adaptations", [])],
         "tables": tables,
         "rungs": result.rungs,
         "titles": titles,
         "localisation": loc,
         "localisation_text": _localisation_text(loc, t, esc),
         "floor_text": _floor_text(t, traj, esc),
-        "verdict_reasons": d.get("verdict_reasons") or [],
+        "verdict_reasons": [tr(r) for r in d.get("verdict_reasons") or []],
         "msprobe": _msprobe_context(d.get("msprobe"), t, esc, markdown),
         "gallery": d.get("gallery") or {},
-        "notes": d.get("notes", []),
+        "notes": [tr(n) for n in d.get("notes", [])],
         "signoff": d.get("signoff") or {},
         "sources": [(k, SOURCES[k][0], SOURCES[k][1]) for k in used_sources],
         "deliverables": deliverables,
@@ -301,9 +403,18 @@ def build_context(result: ValidationResult, lang: str, plots: dict[str, bytes], 
         "plot_files": {k: f"plots/{k}.png" for k in plots},
         "generated": t["generated"].format(date=date, version=__version__),
         "fmt": fmt,
+        "cols": {k: column_name(k, lang, tr) for k in ("cosine", "rel_l2", "max_abs")},
+        "speed": _speed_context(result.rungs.get("benchmark"), t, tr, esc),
+        "font_css": Markup(font_face_css()) if lang == "zh" and not markdown else "",
     }
+    strips = [e for e in (ctx["gallery"].get("entries") or []) if "strip" in e]
+    present = set(SECTIONS) - ({"pictures"} if not strips else set()) - ({"signoff"} if not ctx["signoff"] else set())
+    ctx["h"] = _headings(t, present)
     if markdown:  # the report's own prose and links pass as they are; everything else is escaped
         ctx["t"] = {k: Markup(v) for k, v in t.items()}
+        ctx["h"] = {k: Markup(v) for k, v in ctx["h"].items()}
+        if ctx["speed"]:
+            ctx["speed"] = {**ctx["speed"], "text": Markup(ctx["speed"]["text"])}
         for key in ("title", "overview_text", "localisation_text", "floor_text", "generated"):
             ctx[key] = Markup(ctx[key])
         ctx["plot_files"] = {k: Markup(v) for k, v in ctx["plot_files"].items()}
@@ -328,9 +439,9 @@ def write_report(result: ValidationResult, out: Path, lang: str = "en", files: l
     traj = result.rungs.get("trajectory")
     bench = result.rungs.get("benchmark")
     for name, png in (
-        ("step_error", step_error_plot(step.data if step else None, traj.data if traj else None)),
-        ("step_time", step_time_plot(bench.data if bench else None)),
-        ("block_error", block_plot(step.data.get("localisation") if step and step.data else None)),
+        ("step_error", step_error_plot(step.data if step else None, traj.data if traj else None, lang)),
+        ("step_time", step_time_plot(bench.data if bench else None, lang)),
+        ("block_error", block_plot(step.data.get("localisation") if step and step.data else None, lang)),
     ):
         if png is not None:
             plots[name] = png

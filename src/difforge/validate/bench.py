@@ -126,3 +126,44 @@ def bench_rung(records: list[RunRecord], warmup: int, flops: dict[str, Any] | No
     data = {"rounds": len(records), "warmup": warmup, "phases": phase_stats, "step": st, "end_to_end": totals,
             "normalised": norm, "step_times_s": [rec.step_times_s for rec in records]}
     return RungResult.from_rows("benchmark", rows, summary, data)
+
+
+#: The performance table's row kinds, in the order the Ascend ModelZoo tables list them.
+SPEED_KINDS = ("baseline", "exact", "validated", "approximate")
+
+
+def speed_row(kind: str, name: str, records: list[RunRecord], memory_after_load: int | None, validated: bool,
+              ) -> dict[str, Any]:
+    """One row of the ModelZoo-style table: s/it and it/s (median step), end to end without load (median
+    round), the memory held once the model is loaded and the peak over the timed rounds.
+
+    ``kind``: baseline (every exact optimisation off), exact (the defaults), validated (the options this
+    validation judged, when they are none of the others) or approximate (one opt-in on top of the defaults).
+    """
+    steps = summarize([t for rec in records for t in rec.step_times_s])
+    totals = summarize([rec.total_wall_s - (rec.phases["load"].wall_s if "load" in rec.phases else 0.0)
+                        for rec in records])
+    device_peaks = [p.peak_device_bytes for rec in records for p in rec.phases.values()
+                    if p.peak_device_bytes is not None]
+    host_peaks = [p.peak_host_rss_bytes for rec in records for p in rec.phases.values()]
+    s_per_it = steps["median"] if steps["n"] else None
+    return {"kind": kind, "name": name, "validated": validated, "rounds": len(records),
+            "s_per_it": s_per_it, "it_per_s": 1.0 / s_per_it if s_per_it else None,
+            "end_to_end_s": totals["median"] if totals["n"] else None,
+            "memory_after_load_bytes": memory_after_load,
+            "peak_bytes": max(device_peaks) if device_peaks else max(host_peaks, default=None),
+            "memory_kind": "device" if device_peaks else "host RSS"}
+
+
+def speed_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` with their speed-up over the baseline row (end to end and per step)."""
+    base = next((r for r in rows if r["kind"] == "baseline" and r.get("s_per_it")), None)
+    out = []
+    for r in rows:
+        r = dict(r)
+        if base is not None and r.get("s_per_it"):
+            r["speedup_step"] = base["s_per_it"] / r["s_per_it"]
+            if r.get("end_to_end_s") and base.get("end_to_end_s"):
+                r["speedup_end_to_end"] = base["end_to_end_s"] / r["end_to_end_s"]
+        out.append(r)
+    return out

@@ -47,6 +47,9 @@ class ValidateOptions:
     warmup: int = 1
     seed: int = 0
     quick: bool = False
+    #: Time the performance table's other rows (the baseline and each approximate optimisation) too;
+    #: each costs ``warmup + rounds`` more runs.  ``--no-speed-table`` times only the validated options.
+    speed_table: bool = True
     lang: str = "en"
     quiet: bool = False
     #: Replace ops in the device-under-test pipeline only (tests plant porting bugs with this).

@@ -15,7 +15,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +24,11 @@ from PIL import Image
 from rich.console import Console
 
 from ..config import RunConfig
+from ..devices import dtype_name
 from ..errors import DeviceOutOfMemoryError, DifforgeError
 from ..models.registry import resolve_model
 from ..runtime.record import RunRecord
-from .bench import bench_rung
+from .bench import bench_rung, speed_row, speed_table
 from .bundle import weight_hashes
 from .components import component_rung
 from .determinism import determinism_rung
@@ -73,6 +74,16 @@ class _Progress:
             else:
                 self.console.print(f"      done ({dt:.1f} s) {note}", highlight=False)
         return dt
+
+
+def _memory_now(backend: Any) -> int | None:
+    """Memory held right now: the device's allocator, else (a CPU) this process's resident set."""
+    allocated = backend.memory_allocated_bytes()
+    if allocated is not None:
+        return int(allocated)
+    import psutil
+
+    return int(psutil.Process().memory_info().rss)
 
 
 def _guard(key: str, fn: Callable[[], RungResult]) -> RungResult:
@@ -325,6 +336,7 @@ class _Climb:
         runs_images = [self.smoke_images]
 
         def bench() -> RungResult:
+            memory_after_load = _memory_now(lad.dut_backend)
             for _ in range(lad.warmup):
                 lad.run(pipe, self.cfg0)
             for _ in range(lad.rounds):
@@ -335,12 +347,68 @@ class _Climb:
                 flops = lad.probe(pipe).flops_per_step(self.cfg0)
             except NotImplementedError:
                 flops = None
-            return bench_rung(records, lad.warmup, flops, lad.dut_backend.device_name(), lad.dut_dtype,
+            rung = bench_rung(records, lad.warmup, flops, lad.dut_backend.device_name(), lad.dut_dtype,
                               len(self.smoke_trace.inputs))
+            rung.data["memory_after_load_bytes"] = memory_after_load
+            rung.data["speed"] = self.speed_rows(records, memory_after_load)
+            return rung
 
         self.rungs["benchmark"] = _guard("benchmark", bench)
         self.runs_images = runs_images  # judged once the floor's runs say what precision costs
         self.prog.done(self.rungs["benchmark"], t0)
+
+    def speed_rows(self, records: list[RunRecord], memory_after_load: int | None) -> dict[str, Any]:
+        """The ModelZoo-style performance table: the baseline (every exact optimisation off), the
+        defaults, the validated options when they are neither, and each approximate optimisation on top
+        of the defaults; the options this validation judged reuse the rung's own timed rounds."""
+        lad, pipe = self.lad, self.dut.pipe
+        rec_cfg = self.dut.record.config or {}
+        header = {"device": lad.dut_backend.device_name(), "dtype": dtype_name(lad.dut_dtype),
+                  "height": rec_cfg.get("height", self.cfg0.height), "width": rec_cfg.get("width", self.cfg0.width),
+                  "steps": len(self.smoke_trace.inputs) or self.cfg0.steps, "batch": 1,
+                  "rounds": lad.rounds, "warmup": lad.warmup}
+        if not lad.o.speed_table:
+            return {"header": header, "rows": [], "skipped": "--no-speed-table"}
+        probe = lad.probe(pipe)
+        plain = replace(self.cfg0, disable=[], fast=[])
+        variants: list[tuple[str, str, RunConfig]] = [
+            ("baseline", "--disable " + ",".join(probe.exact_optimisations),
+             replace(plain, disable=list(probe.exact_optimisations))),
+            ("exact", "defaults", plain)]
+        variants += [("approximate", f"--fast {n}", replace(plain, fast=[n])) for n in probe.approximate_optimisations]
+
+        def same(a: RunConfig, b: RunConfig) -> bool:
+            return sorted(a.disable) == sorted(b.disable) and sorted(a.fast) == sorted(b.fast)
+
+        if not any(same(cfg, self.cfg0) for _, _, cfg in variants):
+            given = " ".join(f"--{k} {','.join(v)}" for k, v in (("disable", self.cfg0.disable),
+                                                                 ("fast", self.cfg0.fast)) if v)
+            variants.insert(2, ("validated", given, self.cfg0))
+        # --quick: the pipeline is warm from the rung's own rounds; one timed round a row, no warm-up
+        warmup, rounds = (0, 1) if lad.quick else (lad.warmup, lad.rounds)
+        header.update({"variant_rounds": rounds, "variant_warmup": warmup})
+        rows = []
+        for kind, name, cfg in variants:
+            validated = same(cfg, self.cfg0)
+            if validated:
+                recs = records
+            else:
+                try:
+                    for _ in range(warmup):
+                        lad.run(pipe, cfg)
+                    recs = [lad.run(pipe, cfg, record=RunRecord(kind=self.dut.record.kind))[1]
+                            for _ in range(rounds)]
+                except DeviceOutOfMemoryError as exc:
+                    rows.append({"kind": kind, "name": name, "validated": False, "error": str(exc)})
+                    continue
+                except DifforgeError as exc:
+                    rows.append({"kind": kind, "name": name, "validated": False, "error": str(exc)})
+                    continue
+                except Exception as exc:  # a variant that breaks is a row of the table, not a lost rung
+                    rows.append({"kind": kind, "name": name, "validated": False, "error": short_error(exc)})
+                    continue
+            rows.append(speed_row(kind, name, recs, memory_after_load, validated))
+        return {"header": header, "rows": speed_table(rows)}
 
     def reference_runs(self) -> _RefRuns:
         lad = self.lad

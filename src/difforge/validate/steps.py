@@ -227,6 +227,9 @@ def step_rows(dut: Any, ref: Any, cfg: RunConfig, trace: StepTrace, label: str =
         row.add("nonfinite_only_device", max(0, bad), "= 0", Verdict.PASS if bad <= 0 else Verdict.FAIL,
                 "msprobe-nan")
         point: dict[str, Any] = {"step": i, "key": key, **{k: m[k] for k in ("cosine", "rel_l2", "max_abs")}}
+        if f is not None:  # what the report's per-step plot draws against the rule's lines
+            point["floor_rel_l2"] = f["rel_l2"]
+            point["ratio"] = m["rel_l2"] / f["rel_l2"] if f["rel_l2"] > 0 else float("inf")
         if key == "logits":
             argmax = _token_agreement(dut_out[key].argmax(-1), ref_out[key].argmax(-1))
             f_arg = _token_agreement(flo_out[key].argmax(-1), ref_out[key].argmax(-1)) if flo_out else None

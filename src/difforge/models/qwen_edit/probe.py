@@ -28,6 +28,7 @@ from ...errors import DifforgeError
 from ...runtime.images import test_picture
 from ..probing import OpCase, detach, emulated, moved, shapes, upcast
 from .attention import QwenJointAttnProcessor
+from .loop import EXACT_OPTIMISATIONS, FAST_OPTIMISATIONS
 from .overrides import reference_attention, reference_rms_norm
 from .pipeline import DEFAULT_STEPS, DROPPED_PROMPT_TOKENS, QwenEditPipeline
 from .references import fit_area
@@ -79,6 +80,8 @@ class QwenEditProbe:
     negative_prompt: ClassVar[str | None] = None
     #: Denoising steps of a run that gives no --steps (what ``--quick`` lowers).
     default_steps: ClassVar[int] = DEFAULT_STEPS
+    exact_optimisations: ClassVar[tuple[str, ...]] = EXACT_OPTIMISATIONS
+    approximate_optimisations: ClassVar[tuple[str, ...]] = FAST_OPTIMISATIONS
 
     def __init__(self, pipeline: QwenEditPipeline) -> None:
         self.pipeline = pipeline

@@ -26,7 +26,7 @@ from ...ops import OpSet, plain_ops
 from ...runtime.meta import on_meta
 from ..families import URSA
 from ..probing import OpCase, cosine, detach, emulated, moved, shapes, upcast
-from .call import DEFAULT_STEPS, cpu_copy
+from .call import DEFAULT_STEPS, EXACT_OPTIMISATIONS, FAST_OPTIMISATIONS, PHILOX_RNG, cpu_copy
 from .pipeline import URSAPipeline
 from .rope import positions
 from .transformer import URSATransformer
@@ -122,6 +122,9 @@ class URSAProbe:
     default_prompts: ClassVar[tuple[str, ...]] = PROMPTS
     negative_prompt: ClassVar[str | None] = NEGATIVE
     default_steps: ClassVar[int] = DEFAULT_STEPS
+    exact_optimisations: ClassVar[tuple[str, ...]] = EXACT_OPTIMISATIONS
+    #: philox-rng is in both lists as the stream switch; it is exact in distribution, so not an approximate row
+    approximate_optimisations: ClassVar[tuple[str, ...]] = tuple(n for n in FAST_OPTIMISATIONS if n != PHILOX_RNG)
 
     def __init__(self, pipeline: URSAPipeline) -> None:
         self.pipeline = pipeline
