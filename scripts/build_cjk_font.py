@@ -21,7 +21,8 @@ from pathlib import Path
 from fontTools import subset
 from fontTools.ttLib import TTCollection
 
-from difforge.report.fonts import FONT_PATH, chinese_characters
+from difforge.report.fonts import FONT_PATH
+from difforge.report.glyphs import chinese_characters
 
 SC_FACE = "Noto Sans CJK SC"
 

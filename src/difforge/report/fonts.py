@@ -3,8 +3,9 @@
 A subset of Noto Sans CJK SC (OFL 1.1, ``fonts/OFL.txt``) holding the characters of difforge's own
 Chinese texts; ``scripts/build_cjk_font.py`` rebuilds it when a translation adds a character (a test
 fails until then).  The HTML report embeds it as an ``@font-face`` data URL; matplotlib is given the
-file for the plots' labels.  Latin text keeps the page's usual fonts: the subset comes after them in
-every font list.
+file for the plots' labels.  The subset holds no Latin glyph, so listing it first in the page's font list
+leaves Latin text to the usual fonts, character by character; it must come first, because a browser
+that meets a Chinese character before the web font is needed draws that character as an empty box.
 """
 
 from __future__ import annotations
@@ -14,34 +15,10 @@ from functools import cache
 from pathlib import Path
 
 FONT_PATH = Path(__file__).resolve().parent / "fonts" / "difforge-cjk-sc.otf"
-#: The CSS family name the report's stylesheet lists after its Latin fonts.
+#: The CSS family name the zh report's stylesheet lists first (see the module docstring).
 CSS_FAMILY = "difforge-cjk"
 #: The family name inside the subset (what matplotlib's font manager calls it).
 MPL_FAMILY = "Noto Sans CJK SC"
-
-
-def chinese_characters() -> set[str]:
-    """Every non-ASCII character of the zh report's texts: what the subset must hold."""
-    from . import i18n, plots, zh_text
-
-    texts: list[str] = [*i18n.TEXT["zh"].values(), *i18n.RUNG_TITLES["zh"].values(), *plots.ZH_LABELS.values()]
-    for name, value in vars(zh_text).items():  # the catalogue, whatever containers it is kept in
-        if not name.startswith("__"):
-            texts.extend(_strings(value))
-    return {ch for text in texts for ch in text if ord(ch) > 0x7E and not ch.isspace()}
-
-
-def _strings(value: object, depth: int = 0) -> list[str]:
-    """Every string inside ``value`` (nested dicts, lists, tuples; compiled patterns skipped)."""
-    if isinstance(value, str):
-        return [value]
-    if depth > 4:
-        return []
-    if isinstance(value, dict):
-        return [s for k, v in value.items() for s in (*_strings(k, depth + 1), *_strings(v, depth + 1))]
-    if isinstance(value, list | tuple | set | frozenset):
-        return [s for v in value for s in _strings(v, depth + 1)]
-    return []
 
 
 @cache
