@@ -120,3 +120,50 @@ def test_signoff_block_names_the_weights_inputs_and_a_local_reproduce(tmp_path: 
     assert r"m\_\*x\*" in md or r"m_\*x\*" in md  # a user's name is escaped in prose
     zh = write_report(result, tmp_path, lang="zh", files=files)["markdown"].read_text()
     assert "主观评价" in zh and "评审人" in zh
+
+
+def _speed(result) -> None:  # type: ignore[no-untyped-def]
+    from difforge.validate.verdict import RungResult, Verdict
+
+    rows = [{"kind": "baseline", "name": "--disable a,b", "validated": False, "s_per_it": 0.5, "it_per_s": 2.0,
+             "end_to_end_s": 2.2, "memory_after_load_bytes": 3 * 2**30, "peak_bytes": 5 * 2**30,
+             "memory_kind": "device", "speedup_step": 1.0, "speedup_end_to_end": 1.0},
+            {"kind": "exact", "name": "defaults", "validated": True, "s_per_it": 0.25, "it_per_s": 4.0,
+             "end_to_end_s": 1.1, "memory_after_load_bytes": 3 * 2**30, "peak_bytes": 4 * 2**30,
+             "memory_kind": "device", "speedup_step": 2.0, "speedup_end_to_end": 2.0},
+            {"kind": "approximate", "name": "--fast taylorseer", "validated": False, "error": "out of memory"}]
+    header = {"device": "Ascend 910B3", "dtype": "bfloat16", "height": 1024, "width": 1024, "steps": 20, "batch": 1,
+              "rounds": 3, "warmup": 1, "variant_rounds": 3, "variant_warmup": 1}
+    result.rungs["benchmark"] = RungResult("benchmark", Verdict.PASS, "fast",
+                                           data={"step_times_s": [[0.1]], "speed": {"header": header, "rows": rows}})
+
+
+def test_performance_table_is_the_modelzoo_shape(tmp_path: Path) -> None:
+    result, files = _result(tmp_path)
+    _speed(result)
+    paths = write_report(result, tmp_path, lang="en", files=files)
+    md = paths["markdown"].read_text()
+    assert "Ascend 910B3, 1024×1024, 20 steps, batch 1, bfloat16" in md
+    assert "| Configuration | Options | s/it | it/s | End to end (s) | Speed-up | Memory after load | Peak memory |" in md
+    assert "| baseline | `--disable a,b` | 0.5 | 2 | 2.2 | 1.00× | 3.00 GiB | 5.00 GiB |" in md
+    assert "| exact optimisations | `defaults` | 0.25 | 4 | 1.1 | 2.00× | 3.00 GiB | 4.00 GiB | ✓ |" in md
+    assert "did not run: out of memory" in md
+    html = paths["html"].read_text()
+    assert html.index("2. Performance") < html.index("2.00×") < html.index("3. Accuracy")
+    zh = write_report(result, tmp_path, lang="zh", files=files)["markdown"].read_text()
+    assert "| 基线 | `--disable a,b` |" in zh and "| 等价优化 | `默认` |" in zh and "| 近似优化 | `--fast taylorseer` |" in zh
+    assert "加速比" in zh and "加载后内存" in zh and "峰值内存" in zh
+
+
+def test_a_wide_rung_table_becomes_a_wrapped_list_with_a_threshold_legend(tmp_path: Path) -> None:
+    from difforge.report.render import WIDE_COLUMNS
+
+    result, files = _result(tmp_path)
+    row = Row("seed 0")
+    for i in range(WIDE_COLUMNS + 1):
+        row.add(f"metric_{i}", 0.5 + i, "<= 9" if i == 0 else "", Verdict.PASS if i == 0 else None)
+    result.rungs["trajectory"] = RungResult.from_rows("trajectory", [row], "ok", {})
+    html = write_report(result, tmp_path, lang="en", files=files)["html"].read_text()
+    section = html[html.index("Trajectory</h3>"):]
+    assert '<table class="wide">' in section[:2000] and "<b>metric 0</b> 0.5 ✓" in section
+    assert "<b>metric 0</b> &lt;= 9" in section  # the threshold as a legend under the table

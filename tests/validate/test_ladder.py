@@ -52,6 +52,19 @@ def test_clean_tiny_ursa_passes_on_three_seeds(tmp_path: Path) -> None:
     data = json.loads(paths["json"].read_text())
     assert data["verdict"] == "PASS" and set(data["rungs"]) >= {"operator", "component", "step", "trajectory"}
     assert any(d["file"] == "images/contact_sheet.png" for d in data["deliverables"])
+    # the ModelZoo-style table: baseline (every exact optimisation off), the defaults (what was validated,
+    # reusing the rung's rounds) and the one approximate optimisation, each timed
+    speed = result.rungs["benchmark"].data["speed"]
+    rows = {r["kind"]: r for r in speed["rows"]}
+    assert list(rows) == ["baseline", "exact", "approximate"]
+    assert rows["baseline"]["name"].startswith("--disable lm-head-slice,") and rows["approximate"]["name"] == (
+        "--fast unguided-tail")
+    assert rows["exact"]["validated"] and not rows["baseline"]["validated"]
+    assert all(r["s_per_it"] > 0 and r["end_to_end_s"] > 0 and r["peak_bytes"] > 0 for r in rows.values())
+    assert rows["baseline"]["speedup_end_to_end"] == 1.0 and rows["exact"]["speedup_end_to_end"] > 0
+    assert speed["header"]["height"] == 128 and speed["header"]["dtype"] == "bfloat16"
+    md = paths["markdown"].read_text()
+    assert "| exact optimisations | `defaults` |" in md and "| baseline | `--disable lm-head-slice," in md
 
 
 def test_broken_rms_norm_fails_and_is_localised(tmp_path: Path) -> None:
@@ -82,6 +95,9 @@ def test_clean_tiny_qwen_edit_passes_in_chinese(tmp_path: Path) -> None:
     assert result.verdict is Verdict.PASS, result.rung_verdicts()
     md = result.report_paths["markdown"].read_text()
     assert "精度评测" in md and "交付件清单" in md
+    assert "| 基线 |" in md and "| 等价优化 | `默认` |" in md and "| 近似优化 | `--fast first-block-cache` |" in md
+    kinds = [r["kind"] for r in result.rungs["benchmark"].data["speed"]["rows"]]
+    assert kinds == ["baseline", "exact", "approximate", "approximate"]
     assert (tmp_path / "r" / "images" / "input_synthetic.png").is_file()
 
 
