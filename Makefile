@@ -23,7 +23,10 @@ MSPROBE_PY    := $(MSPROBE_VENV)/bin/python
 MSPROBE_STAMP := $(MSPROBE_VENV)/.installed
 MSPROBE_TESTS := tests/validate/test_msprobe.py
 
-.PHONY: demo test test-parity test-msprobe msprobe-venv lint bench-tiny clean venv
+.PHONY: demo test test-parity test-msprobe msprobe-venv lint bench-tiny clean venv train-shapes
+
+# Retrain the committed shapes models (seeded; <= 30 min on 2 CPU cores; CI never trains).
+SHAPES_WEIGHTS := src/difforge/models/weights
 
 venv: $(STAMP)
 
@@ -32,6 +35,10 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -c constraints.txt -e '.[dev,video]'
 	touch $(STAMP)
+
+train-shapes: $(STAMP)
+	$(PY) -m difforge.training.shapes_ursa --out $(SHAPES_WEIGHTS)/shapes-ursa
+	$(PY) -m difforge.training.shapes_qwen_edit --out $(SHAPES_WEIGHTS)/shapes-qwen-edit
 
 demo: $(STAMP)
 	$(PY) -m difforge.demo --out demo-out

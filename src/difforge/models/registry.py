@@ -13,16 +13,23 @@ from typing import Any
 from ..errors import DifforgeError, ModelFamilyError, ModelNotFoundError
 from .families import QWEN_EDIT, QWEN_EDIT_PLUS, TASK_FAMILIES, URSA, detect_family
 from .tiny import TINY_MODELS, ensure_tiny
+from .trained import TRAINED_MODELS, trained_path
+
+#: Every built-in name: the random-weight tiny models (built on demand) and the trained ones (committed).
+BUILT_IN = {**TINY_MODELS, **TRAINED_MODELS}
 
 
 def resolve_model(model: str, task: str | None = None) -> tuple[Path, str]:
-    """Turn ``--model`` (a built-in name or a folder) into (folder, family), building tiny models."""
+    """Turn ``--model`` (a built-in name or a folder) into (folder, family), building tiny models; the
+    trained built-ins are committed folders."""
     if model in TINY_MODELS:
         folder, family = ensure_tiny(model), TINY_MODELS[model]
+    elif model in TRAINED_MODELS:
+        folder, family = trained_path(model), TRAINED_MODELS[model]
     else:
         folder = Path(model).expanduser()
         if not folder.exists():
-            names = ", ".join(TINY_MODELS)
+            names = ", ".join(BUILT_IN)
             raise ModelNotFoundError(f"Model '{model}' not found: no such folder, and not a built-in name ({names}).")
         if not folder.is_dir():
             raise ModelNotFoundError(f"--model must be a folder, but {folder} is a file.")
@@ -35,7 +42,7 @@ def resolve_model(model: str, task: str | None = None) -> tuple[Path, str]:
 
 def family_of(model: str) -> str:
     """The family of ``--model`` without building or reading anything heavy (built-in names need no build)."""
-    return TINY_MODELS[model] if model in TINY_MODELS else resolve_model(model)[1]
+    return BUILT_IN[model] if model in BUILT_IN else resolve_model(model)[1]
 
 
 def pipeline_class(family: str) -> Any:

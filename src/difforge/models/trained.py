@@ -1,0 +1,28 @@
+"""The built-in *trained* models: small checkpoints in the real layouts whose weights are committed.
+
+``shapes-ursa`` and ``shapes-qwen-edit`` were trained on the shapes world (:mod:`difforge.shapes`) by
+the seeded recipes in :mod:`difforge.training` (``make train-shapes``); their folders ship inside the
+package (``models/weights/<name>/``), so nothing is built or downloaded at run time.  They load through
+the same loaders as real checkpoints.  Unlike the random-weight tiny models they draw what they are
+asked for, so a port that scrambles meaning shows it (validate's semantic rung).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import ModelNotFoundError
+from .families import QWEN_EDIT, URSA
+
+#: name -> family.
+TRAINED_MODELS = {"shapes-ursa": URSA, "shapes-qwen-edit": QWEN_EDIT}
+WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
+
+
+def trained_path(name: str) -> Path:
+    """The committed folder of trained model ``name`` (read-only; never written at run time)."""
+    folder = WEIGHTS_DIR / name
+    if not (folder / "model_index.json").is_file():
+        raise ModelNotFoundError(f"The built-in model '{name}' has no weights in {folder}; "
+                                 "'make train-shapes' trains them.")
+    return folder
