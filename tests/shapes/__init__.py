@@ -1,0 +1,1 @@
+"""Tests of the shapes world, its checker and prompt sets."""
