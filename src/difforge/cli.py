@@ -344,6 +344,12 @@ def validate(
     reference: Annotated[str, typer.Option(help="Reference as device:dtype.")] = "cpu:float32",
     image: Annotated[list[Path] | None, typer.Option("--image", "-i", help="Reference image(s) for edit models.")] = None,
     prompts: Annotated[Path | None, typer.Option(help="File with one prompt per line for the gallery.")] = None,
+    prompt_set: Annotated[Path | None, typer.Option(
+        "--prompt-set", help="A prompt set with expected attributes (difforge-prompt-set/1 JSON, docs/shapes.md) for "
+                             "the semantic rung; the shapes models bring their own.")] = None,
+    scan_source: Annotated[str | None, typer.Option(
+        "--scan-source", help="The model's Python source (folder, file or module name): the report lists what "
+                              "'difforge scan' finds there for the device.")] = None,
     steps: Annotated[int | None, typer.Option(help="Denoising steps.")] = None,
     height: Annotated[int | None, typer.Option()] = None,
     width: Annotated[int | None, typer.Option()] = None,
@@ -351,6 +357,10 @@ def validate(
     warmup: Annotated[int, typer.Option(help="Untimed warm-up rounds.")] = 1,
     seed: Seed = 0,
     quick: Annotated[bool, typer.Option(help="Fewer steps/rounds: a fast sanity pass.")] = False,
+    speed_table: Annotated[bool, typer.Option(
+        help="Also time the performance table's baseline (every exact optimisation off) and each approximate "
+             "optimisation (warm-up + rounds more runs each); --no-speed-table times only the options validated."
+    )] = True,
     lang: Annotated[str, typer.Option(help="Report prose language: en or zh.")] = "en",
     floor: Annotated[str | None, typer.Option(
         help="A second real device as the noise floor, device[:dtype] (default: an emulated floor on the "
@@ -394,6 +404,8 @@ def validate(
         reference=reference,
         images=[str(p) for p in image or []],
         prompts=str(prompts) if prompts else None,
+        prompt_set=str(prompt_set) if prompt_set else None,
+        scan_source=scan_source,
         steps=steps,
         height=height,
         width=width,
@@ -401,6 +413,7 @@ def validate(
         warmup=warmup,
         seed=seed,
         quick=quick,
+        speed_table=speed_table,
         lang=lang,
         out=str(out),
         floor=floor,
@@ -504,6 +517,33 @@ def compare(
             typer.echo(f"report: {path}")
         typer.echo(f"verdict: {result.verdict}")
     raise typer.Exit(result.exit_code)
+
+
+@app.command("scan")
+@friendly_errors
+def scan_command(
+    target: Annotated[str, typer.Argument(
+        help="A .py file, a folder, or an installed module name (diffusers.pipelines.qwenimage); read, never imported.")],
+    device: Annotated[str, typer.Option("--target", help="The device to port to: npu, mps, xpu, cpu.")] = "npu",
+    fail_on: Annotated[str | None, typer.Option(
+        "--fail-on", help="Exit 1 when a finding is this severe or worse: error, warning (or info).")] = None,
+    as_json: AsJson = False,
+) -> None:
+    """List what in a model's Python source breaks or is slow on the target device (static: nothing is run).
+
+    Exit 0 with or without findings, 1 with --fail-on and a finding that severe, 2 bad usage. Silence one
+    line with '# difforge: ignore[DF105]' (docs/scan.md lists the rules).
+    """
+    from .scan import check_fail_on, check_target, fail_on_exit_code, print_table, scan, to_json
+
+    check_target(device)
+    check_fail_on(fail_on)  # a bad level is exit 2 before any work
+    result = scan(target, device)
+    if as_json:
+        typer.echo(to_json(result))
+    else:
+        print_table(result)
+    raise typer.Exit(fail_on_exit_code(result, fail_on))
 
 
 @app.command()

@@ -242,10 +242,11 @@ def test_reproduce_parses_back_to_the_same_options(tmp_path: Path, monkeypatch: 
         allow_self_compare=True, fail_on="warn", transformer=str(tmp_path / "fp8 file.safetensors"), compile=True,
         fast=["first-block-cache=0.1", "taylorseer"], disable=["batched-cfg", "real-rope"], offload="model",
         vae_tiling=True, num_frames=1, guidance=5.5, guidance_trunc=0.85, true_cfg=3.25,
-        negative_prompt="-blurry, 'low' quality",
+        negative_prompt="-blurry, 'low' quality", prompt_set=str(tmp_path / "set.json"), speed_table=False,
     )
     (command,) = _reproduce(opts)
     for flag in ("--compile", "--vae-tiling", "--quick", "--allow-self-compare", "--fast first-block-cache=0.1",
+                 "--no-speed-table", "--prompt-set",
                  "--fast taylorseer", "--disable batched-cfg", "--disable real-rope", "--offload model"):
         assert flag in command, flag
     assert _parse(command, monkeypatch).to_dict() == opts.to_dict()

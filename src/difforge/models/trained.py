@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import ModelNotFoundError
+from ..shapes.prompts import PromptSet, heldout_caption_set, heldout_edit_set
 from .families import QWEN_EDIT, URSA
 
 #: name -> family.
@@ -26,3 +27,14 @@ def trained_path(name: str) -> Path:
         raise ModelNotFoundError(f"The built-in model '{name}' has no weights in {folder}; "
                                  "'make train-shapes' trains them.")
     return folder
+
+
+def default_prompt_set(name: str, n: int) -> PromptSet | None:
+    """The prompt set with expected attributes validate's semantic rung scores for built-in ``name``:
+    ``n`` held-out captions (shapes-ursa) or edits (shapes-qwen-edit) of the shapes world, none of which
+    training saw; None for any other model (it needs ``--prompt-set``)."""
+    if name == "shapes-ursa":
+        return heldout_caption_set(n)
+    if name == "shapes-qwen-edit":
+        return heldout_edit_set(n)
+    return None

@@ -5,6 +5,19 @@ from __future__ import annotations
 TEXT: dict[str, dict[str, str]] = {
     "en": {
         "title": "{model} on {device}: port validation report",
+        "semantic": "Semantic: prompts drawn correctly",
+        "semantic_text": ("Each prompt of a set with expected attributes (shape, colour, background ...) on the device, "
+                          "the reference and the floor; a rule-based checker (colour segmentation and image moments, no "
+                          "learned weights) scores every picture. The device may lose (get wrong where the reference "
+                          "is right) at most what the floor loses plus 10 % of the prompts (at least one) to PASS, "
+                          "twice that to WARN."),
+        "semantic_sheet": "The device's pictures of the prompt set",
+        "scan": "Porting hazards in the model's source",
+        "scan_text": ("difforge scan read {files} Python files of {root} for {device} (statically, nothing was run) in "
+                      "{seconds} s: {errors} errors, {warnings} warnings, {infos} notes. The rule texts are "
+                      "docs/scan.md's."),
+        "scan_where": "Where", "scan_rule": "Rule", "scan_severity": "Severity", "scan_message": "Why",
+        "scan_fix": "Fix", "scan_none": "nothing found",
         "subject": "Subject", "measurements": "Measurements", "yes": "yes", "no": "no", "divergent": "diverges",
         "contact_sheet": "contact sheet", "device_link": "device", "pair_link": "reference | device",
         "see_sums": "see SHA256SUMS",
@@ -115,6 +128,16 @@ TEXT: dict[str, dict[str, str]] = {
     },
     "zh": {
         "title": "{model} 在 {device} 上的适配验证报告",
+        "semantic": "语义：提示词正确率",
+        "semantic_text": ("在被测设备、参考与噪声基线上逐一运行带预期属性（形状、颜色、背景等）的提示词集；由基于规则的检查器"
+                          "（颜色分割与图像矩，无学习权重）为每张图打分。被测设备“丢失”（参考正确而设备错误）的提示词数"
+                          "不超过噪声基线的丢失数加提示词总数的 10 %（至少 1 个）为通过，不超过两倍余量为警告。"),
+        "semantic_sheet": "被测设备在提示词集上生成的图片",
+        "scan": "模型源码中的适配风险",
+        "scan_text": ("difforge scan 针对 {device} 静态读取了 {root} 的 {files} 个 Python 文件（未执行任何代码），耗时 {seconds} 秒："
+                      "错误 {errors} 项，警告 {warnings} 项，提示 {infos} 项。规则说明为英文，见 docs/scan.md。"),
+        "scan_where": "位置", "scan_rule": "规则", "scan_severity": "级别", "scan_message": "原因",
+        "scan_fix": "修改建议", "scan_none": "未发现问题",
         "subject": "对象", "measurements": "测量值", "yes": "是", "no": "否", "divergent": "分叉",
         "contact_sheet": "样例总览", "device_link": "被测设备", "pair_link": "参考 | 被测设备",
         "see_sums": "见 SHA256SUMS",
@@ -211,9 +234,11 @@ TEXT: dict[str, dict[str, str]] = {
 
 RUNG_TITLES = {
     "en": {"smoke": "smoke", "determinism": "determinism", "benchmark": "benchmark", "operator": "operator",
-           "component": "component", "step": "teacher-forced step", "trajectory": "trajectory"},
+           "component": "component", "step": "teacher-forced step", "trajectory": "trajectory",
+           "semantic": "semantic"},
     "zh": {"smoke": "Smoke", "determinism": "确定性", "benchmark": "性能基准", "operator": "算子级",
-           "component": "组件级", "step": "逐步教师强制", "trajectory": "完整轨迹"},
+           "component": "组件级", "step": "逐步教师强制", "trajectory": "完整轨迹",
+           "semantic": "语义"},
 }
 
 

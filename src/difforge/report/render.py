@@ -238,11 +238,26 @@ def _speed_context(bench: RungResult | None, t: dict[str, str], tr: Callable[[st
                         t["perf_speedup"], t["perf_mem_load"], t["perf_mem_peak"], t["perf_validated"]]}
 
 
+def _scan_context(scan: dict[str, Any] | None, t: dict[str, str], esc: Callable[[Any], Any]) -> dict[str, Any]:
+    """``--scan-source``: the summary sentence and one row per finding (validate/runner.py's scan data)."""
+    if not scan:
+        return {}
+    counts = scan.get("counts") or {}
+    text = t["scan_text"].format(files=esc(scan.get("files_scanned")), root=esc(scan.get("root")),
+                                 device=esc(scan.get("device")), seconds=esc(fmt(scan.get("elapsed_s"))),
+                                 errors=counts.get("error", 0), warnings=counts.get("warning", 0),
+                                 infos=counts.get("info", 0))
+    rows = [(f"{f['path']}:{f['line']}", f["rule"], f["severity"], f["message"], f["fix"])
+            for f in scan.get("findings") or []]
+    return {"text": text, "rows": rows, "headers": [t["scan_where"], t["scan_rule"], t["scan_severity"],
+                                                    t["scan_message"], t["scan_fix"]]}
+
+
 #: The report's sections in reading order (pictures first, then the verdict, the performance table, the
 #: accuracy rungs' detail, and the record); each present one is numbered in this order.
-SECTIONS = ("pictures", "overview", "performance", "accuracy", "smoke", "environment", "adaptations",
+SECTIONS = ("pictures", "overview", "performance", "accuracy", "smoke", "environment", "adaptations", "scan",
             "reproduce", "gallery", "signoff", "notes", "deliverables")
-SUBSECTIONS = {"accuracy": ("operator", "component_rung", "step", "trajectory", "msprobe")}
+SUBSECTIONS = {"accuracy": ("operator", "component_rung", "step", "trajectory", "semantic", "msprobe")}
 
 
 def _headings(t: dict[str, str], present: set[str]) -> dict[str, str]:
@@ -407,14 +422,18 @@ def build_context(result: ValidationResult, lang: str, plots: dict[str, bytes], 
         "speed": _speed_context(result.rungs.get("benchmark"), t, tr, esc),
         "font_css": Markup(font_face_css()) if lang == "zh" and not markdown else "",
     }
+    ctx["scan"] = _scan_context(d.get("scan"), t, esc)
     strips = [e for e in (ctx["gallery"].get("entries") or []) if "strip" in e]
     present = set(SECTIONS) - ({"pictures"} if not strips else set()) - ({"signoff"} if not ctx["signoff"] else set())
+    present -= set() if ctx["scan"] else {"scan"}
     ctx["h"] = _headings(t, present)
     if markdown:  # the report's own prose and links pass as they are; everything else is escaped
         ctx["t"] = {k: Markup(v) for k, v in t.items()}
         ctx["h"] = {k: Markup(v) for k, v in ctx["h"].items()}
         if ctx["speed"]:
             ctx["speed"] = {**ctx["speed"], "text": Markup(ctx["speed"]["text"])}
+        if ctx["scan"]:
+            ctx["scan"] = {**ctx["scan"], "text": Markup(ctx["scan"]["text"])}
         for key in ("title", "overview_text", "localisation_text", "floor_text", "generated"):
             ctx[key] = Markup(ctx[key])
         ctx["plot_files"] = {k: Markup(v) for k, v in ctx["plot_files"].items()}

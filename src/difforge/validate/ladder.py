@@ -22,14 +22,17 @@ from .. import engine
 from ..config import RunConfig
 from ..devices import DTYPES, Backend, dtype_name, get_backend
 from ..errors import DtypeError, InputError, SizeError
-from ..models.registry import family_of, probe_class, probe_for, same_stream_names
+from ..models.registry import family_of, probe_class, probe_for, prompt_set_for, same_stream_names
 from ..runtime.atomic import atomic_save
 from ..runtime.images import load_images, test_picture
 from ..runtime.record import RunRecord
+from ..shapes.prompts import load_prompt_set
 from .floor import EmulatedPrecision, InPrecision, emulate
 from .inputs import read_prompts
 from .options import DUT_ONLY, ValidateOptions, check_out_dir, parse_reference
 from .outdir import StagedFolder
+from .semantic import FULL_N as FULL_SEMANTIC
+from .semantic import QUICK_N as QUICK_SEMANTIC
 from .steps import StepTrace
 
 QUICK_STEPS = 4
@@ -114,6 +117,15 @@ class Ladder:
                 if asked != ran:
                     self.quick_reductions.append(f"{what} {asked} -> {ran}")
             self.prompts = self.prompts[:1]
+        #: The semantic rung's prompts with expected attributes: --prompt-set, else the model's own (the
+        #: shapes models' held-out sets), else none (the rung is skipped, which costs no verdict).
+        n_semantic = QUICK_SEMANTIC if self.quick else FULL_SEMANTIC
+        self.prompt_set = (load_prompt_set(options.prompt_set) if options.prompt_set
+                           else prompt_set_for(options.model, n_semantic))
+        if self.prompt_set is not None and self.quick and len(self.prompt_set.items) > n_semantic:
+            self.quick_reductions.append(f"semantic prompts {len(self.prompt_set.items)} -> {n_semantic}")
+        if self.prompt_set is not None and self.prompt_set.kind == "edit" and not self.probe_type.takes_images:
+            raise InputError(f"--prompt-set holds edits, but {options.model} generates from text; give a caption set.")
         self.images: list[Image.Image] = []
         self.image_paths: list[str] = [str(p) for p in options.images]
         self.files: list[Path] = []
@@ -380,9 +392,12 @@ class Ladder:
         return pipe, record
 
     def run(self, pipe: Any, cfg: RunConfig, record: RunRecord | None = None,
-            trace: StepTrace | None = None) -> tuple[list[Image.Image], RunRecord]:
+            trace: StepTrace | None = None, images: list[Image.Image] | None = None,
+            ) -> tuple[list[Image.Image], RunRecord]:
+        """One run of ``pipe`` (the floor's under its emulation); ``images``: input pictures of this run
+        only (a semantic edit's source), else the validation's."""
         emulated = self.emulation is not None and pipe is self.floor_pipe
         with self.emulation.active() if emulated else nullcontext():  # type: ignore[union-attr]
-            res = engine.run_pipeline(pipe, cfg, images=self.images or None, record=record,
+            res = engine.run_pipeline(pipe, cfg, images=images or self.images or None, record=record,
                                       step_hook=trace.hook if trace is not None else None)
         return res.images, res.record

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from .verdict import RungResult, Verdict
 
 #: Rungs in the order they run and appear in the report.
-RUNGS = ("smoke", "determinism", "benchmark", "operator", "component", "step", "trajectory")
+RUNGS = ("smoke", "determinism", "benchmark", "operator", "component", "step", "trajectory", "semantic")
 #: The options that change only HOW the device under test runs (speed, memory), never what the reference
 #: computes: the reference and the floor reset them to RunConfig's defaults (the plain path).
 DUT_ONLY = ("compile", "fast", "disable", "offload", "vae_tiling")
@@ -40,6 +40,12 @@ class ValidateOptions:
     reference: str = "cpu:float32"
     images: list[str] = field(default_factory=list)
     prompts: str | None = None  # a text file, one prompt (or edit instruction) per line
+    #: A prompt set with expected attributes (difforge-prompt-set/1 JSON) for the semantic rung; the
+    #: built-in shapes models bring their held-out set, other models skip the rung without one.
+    prompt_set: str | None = None
+    #: The model's Python source (a folder, file or module name) for ``difforge scan``; the report lists
+    #: its porting hazards for the device under test's type.
+    scan_source: str | None = None
     steps: int | None = None
     height: int | None = None
     width: int | None = None

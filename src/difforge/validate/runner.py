@@ -28,6 +28,7 @@ from ..devices import dtype_name
 from ..errors import DeviceOutOfMemoryError, DifforgeError
 from ..models.registry import resolve_model
 from ..runtime.record import RunRecord
+from ..shapes.prompts import score as score_item
 from .bench import bench_rung, speed_row, speed_table
 from .bundle import weight_hashes
 from .components import component_rung
@@ -38,6 +39,8 @@ from .golden import Golden, Reduced, check_dtype_plan, check_settings, open_gold
 from .ladder import Ladder, short_error
 from .operators import operator_rung
 from .options import RUNGS, ValidateOptions, ValidationResult
+from .semantic import QUICK_N as QUICK_SEMANTIC
+from .semantic import Scored, semantic_rung
 from .smoke import smoke_rung
 from .steps import StepTrace, step_rung
 from .trajectory import TrajectoryRun, trajectory_rung
@@ -116,6 +119,11 @@ def _reproduce(options: ValidateOptions) -> list[str]:
         args += ["--image", os.path.abspath(img)]
     if options.prompts:
         args += ["--prompts", os.path.abspath(options.prompts)]
+    if options.prompt_set:
+        args += ["--prompt-set", os.path.abspath(options.prompt_set)]
+    if options.scan_source:  # a module name stays a name; a path becomes absolute
+        src = options.scan_source
+        args += ["--scan-source", os.path.abspath(src) if os.path.exists(src) else src]
     if options.transformer:
         args += ["--transformer", os.path.abspath(options.transformer)]
     for flag, value in (("--steps", options.steps), ("--height", options.height), ("--width", options.width),
@@ -138,6 +146,8 @@ def _reproduce(options: ValidateOptions) -> list[str]:
     args += ["--rounds", str(options.rounds), "--warmup", str(options.warmup), "--seed", str(options.seed)]
     if options.quick:
         args.append("--quick")
+    if not options.speed_table:
+        args.append("--no-speed-table")
     if options.floor is not None:
         args += ["--floor", options.floor]
     if options.allow_self_compare:
@@ -195,10 +205,11 @@ def run_validation(options: ValidateOptions, write_report: ReportWriter) -> Vali
 
             check_golden(golden, options.golden)
     lad = Ladder(options, golden_ref=golden.reference if golden is not None else None)
+    scanned = _scan_source(options.scan_source, lad.dut_backend.device.type) if options.scan_source else None
     if golden is not None:
         check_settings(golden, options, lad)
         _use_golden_inputs(lad, golden)
-    prog = _Progress(options.quiet, total=11 if options.msprobe else 10)
+    prog = _Progress(options.quiet, total=10 + bool(options.msprobe) + (lad.prompt_set is not None))
     t0 = prog.start(f"load {options.model} on {lad.dut_label} and reference {lad.ref_label}")
     lad.prepare_inputs()
     kind = "edit" if lad.probe_type.takes_images else "generate"
@@ -213,10 +224,22 @@ def run_validation(options: ValidateOptions, write_report: ReportWriter) -> Vali
         lad.check_size(ref.pipe)
     lad.make_out_dir()
     try:
-        return _Climb(lad, prog, dut, ref, write_report, golden).run(t0)
+        climb = _Climb(lad, prog, dut, ref, write_report, golden)
+        if scanned is not None:
+            climb.data["scan"] = scanned
+        return climb.run(t0)
     except BaseException:  # a user error, a crash, Ctrl-C or SIGTERM: no half-filled report, no stray folder
         lad.discard_output()
         raise
+
+
+def _scan_source(source: str, device_type: str) -> dict[str, Any]:
+    """``difforge scan`` of the model's source for the device under test's type (static, before any model
+    loads, so a bad path is exit 2 at once); a CUDA device is scanned as the NPU port it is a stand-in for."""
+    from ..scan import TARGETS, scan
+
+    result = scan(source, device_type if device_type in TARGETS else "npu")
+    return {**result.to_dict(), "device": device_type if device_type in TARGETS else "npu"}
 
 
 def _use_golden_inputs(lad: Ladder, golden: Golden) -> None:
@@ -292,6 +315,8 @@ class _Climb:
         self.rungs["determinism"] = determinism_rung(self.runs_images, _floor_rmse(runs), lad.floor_label)
         # 5-8. accuracy ladder --------------------------------------------------------------------------------
         self.accuracy(runs)
+        # 8b. semantic: the prompts drawn correctly, device against reference and floor --------------------------
+        self.semantic()
         # 9. gallery ------------------------------------------------------------------------------------------
         t0 = self.prog.start(f"gallery ({len(lad.prompts)} prompt(s))")
         if self.ref.pipe is not None or self.golden is not None:
@@ -524,6 +549,46 @@ class _Climb:
             label = lad.floor_label
             rungs["trajectory"] = _guard("trajectory", lambda: trajectory_rung(runs.traj, label))
         prog.done(rungs["trajectory"], t0)
+
+    def semantic(self) -> None:
+        """The semantic rung (validate/semantic.py): every prompt of the set on the device, the reference
+        and the floor, each picture scored by the shapes checker; skipped (no verdict cost) without a set."""
+        lad = self.lad
+        pset = lad.prompt_set
+        if pset is None:
+            self.rungs["semantic"] = RungResult("semantic", Verdict.SKIP, "no prompt set with expected attributes "
+                                                "for this model (--prompt-set)")
+            return
+        if self.golden is not None:  # a bundle stores no semantic runs: judging needs the reference here
+            self.rungs["semantic"] = RungResult("semantic", Verdict.SKIP, "a golden bundle holds no reference runs "
+                                                "of the prompt set; validate without --golden to judge meaning")
+            return
+        items = list(pset.items[:QUICK_SEMANTIC] if lad.quick else pset.items)
+        t0 = self.prog.start(f"semantic rung ({len(items)} prompts)")
+        if self.ref.pipe is None:
+            self.rungs["semantic"] = _not_run("semantic", f"the reference could not be loaded ({self.ref.error})")
+            self.prog.done(self.rungs["semantic"], t0)
+            return
+
+        def rung() -> RungResult:
+            scored, sheet = [], []
+            for item in items:
+                images = ([Image.fromarray(pset.source_image(item))] if pset.kind == "edit" else None)
+                cfg = lad.dut_cfg(prompt=item.prompt)
+                d_img = lad.run(self.dut.pipe, cfg, images=images)[0][0]
+                r_img = lad.run(self.ref.pipe, lad.ref_cfg(cfg), images=images)[0][0]
+                f_img = (lad.run(self.floor, lad.floor_cfg(cfg), images=images)[0][0]
+                         if self.floor is not None and self.floor is not self.ref.pipe else None)
+                scored.append(Scored(item.id, item.prompt, score_item(d_img, item), score_item(r_img, item),
+                                     score_item(f_img, item) if f_img is not None else None))
+                sheet.append(d_img)
+            rung = semantic_rung(scored, lad.floor_label)
+            path = lad.save_image(contact_sheet(sheet, [i.prompt for i in items]), "semantic_device.png")
+            rung.data["contact_sheet"] = path.name
+            return rung
+
+        self.rungs["semantic"] = _guard("semantic", rung)
+        self.prog.done(self.rungs["semantic"], t0)
 
     def msprobe(self, runs: _RefRuns) -> dict[str, Any]:
         """msprobe dumps of the device's and the floor's step 0, and msprobe compare's table (see msprobe_view)."""
