@@ -128,6 +128,13 @@ def rung_table(rung: RungResult, tr: Callable[[str], str] = str, lang: str = "en
     """Columns = measurement names (first-seen order); a threshold row under the header; cells carry
     a verdict mark; the last column is the row verdict.  ``tr`` puts the run-time texts (names,
     subjects, notes, thresholds) into the report's language."""
+    t = texts(lang)
+
+    def show(value: Any) -> str:  # words in the report's language; numbers rounded
+        if isinstance(value, bool):
+            return t["yes"] if value else t["no"]
+        return tr(value) if isinstance(value, str) else fmt(value)
+
     names: list[str] = []
     thresholds: dict[str, str] = {}
     sources: dict[str, str] = {}
@@ -149,14 +156,14 @@ def rung_table(rung: RungResult, tr: Callable[[str], str] = str, lang: str = "en
                 cells.append("")
             else:
                 mark = f" {MARK[str(m.verdict)]}" if m.verdict is not None and str(m.verdict) in MARK else ""
-                cells.append(fmt(m.value) + mark)
+                cells.append(show(m.value) + mark)
         items = [(column_name(n, lang, tr), c) for n, c in zip(names, cells, strict=True) if c != ""]
         body.append({"subject": tr(row.subject), "cells": cells, "pairs": items, "verdict": str(row.verdict),
                      "note": tr(row.note) if row.note else row.note})
     threshold_cells = []
     for n in names:
         t = thresholds.get(n, "")
-        t = f"{tr(t)} [{SOURCES[sources[n]][0]}]" if t and n in sources else tr(t)
+        t = f"{tr(t)} [{tr(SOURCES[sources[n]][0])}]" if t and n in sources else tr(t)
         threshold_cells.append(t)
     legend = [(column_name(n, lang, tr), x) for n, x in zip(names, threshold_cells, strict=True) if x]
     return {"summary": tr(rung.summary), "headers": [column_name(n, lang, tr) for n in names],
@@ -297,11 +304,12 @@ def _config_rows(config: dict[str, Any], t: dict[str, str]) -> list[tuple[str, s
     return rows
 
 
-def _floor_text(t: dict[str, str], traj: RungResult | None, esc: Callable[[Any], Any] = str) -> str:
+def _floor_text(t: dict[str, str], traj: RungResult | None, esc: Callable[[Any], Any] = str,
+                tr: Callable[[str], str] = str) -> str:
     if traj is None or not traj.data or "floor" not in traj.data:
         return ""
     key = "floor_text" if traj.data.get("floor_available", True) else "no_floor_text"
-    return t[key].format(floor=esc(traj.data["floor"]))
+    return t[key].format(floor=esc(tr(traj.data["floor"])))
 
 
 def _msprobe_result(result: str, messages: list[str]) -> str:
@@ -326,23 +334,23 @@ def _localisation_text(loc: dict[str, Any] | None, t: dict[str, str], esc: Calla
 
 
 def _msprobe_context(m: dict[str, Any] | None, t: dict[str, str], esc: Callable[[Any], Any],
-                     markdown: bool) -> dict[str, Any]:
+                     markdown: bool, tr: Callable[[str], str] = str) -> dict[str, Any]:
     """The msprobe section (validate/msprobe_view.py's data): the table and its prose, or how to get it."""
     safe: Callable[[str], Any] = Markup if markdown else (lambda v: v)
     m = m or {"requested": False, "install": "pip install 'difforge[msprobe]'"}
     ctx: dict[str, Any] = {"requested": bool(m.get("requested")), "text": "", "first": "", "error": "", "rows": [],
-                           "notes": list(m.get("notes") or []), "commands": list(m.get("commands") or []),
+                           "notes": [tr(n) for n in m.get("notes") or []], "commands": list(m.get("commands") or []),
                            "how": safe(t["msprobe_how"].format(install=esc(m.get("install", ""))))}
     if not ctx["requested"]:
         return ctx
     if m.get("error"):
-        ctx["error"] = safe(t["msprobe_error"].format(error=esc(m["error"])))
+        ctx["error"] = safe(t["msprobe_error"].format(error=esc(tr(m["error"]))))
     golden = m.get("golden") or {}
     if "rows_total" in m:
         counts = ", ".join(f"{k} {v}" for k, v in sorted((m.get("counts") or {}).items()))
         ctx["text"] = safe(t["msprobe_text"].format(
-            version=esc(m.get("msprobe")), task=esc(m.get("task")), level=esc(m.get("level")), unit=esc(m.get("unit")),
-            device_calls=esc((m.get("device") or {}).get("calls")), golden=esc(golden.get("label")),
+            version=esc(m.get("msprobe")), task=esc(m.get("task")), level=esc(m.get("level")), unit=esc(tr(m.get("unit") or "")),
+            device_calls=esc((m.get("device") or {}).get("calls")), golden=esc(tr(golden.get("label") or "")),
             golden_calls=esc(golden.get("calls")), rows=esc(m["rows_total"]), counts=esc(counts)))
         first = m.get("first_flagged")
         ctx["first"] = safe(t["msprobe_first"].format(
@@ -355,7 +363,7 @@ def _msprobe_context(m: dict[str, Any] | None, t: dict[str, str], esc: Callable[
             ctx["rows"].append([r["name"], r.get("module") or "–", f"{r['dtype']} / {r['bench_dtype']}",
                                 fmt(r.get("max_diff")), pct(r.get("max_rel")), pct(r.get("norm_rel")),
                                 _msprobe_result(r["result"], r.get("messages") or []),
-                                r.get("difforge_block") or "–", r.get("difforge_op") or "–"])
+                                tr(r.get("difforge_block") or "–"), r.get("difforge_op") or "–"])
     ctx["headers"] = [t["msprobe_row"], t["msprobe_module"], t["msprobe_dtype"], "Max diff", "MaxRelativeErr",
                       "NormRelativeErr", t["msprobe_result"], t["difforge_block"], t["difforge_op"]]
     if markdown:
@@ -406,13 +414,13 @@ def build_context(result: ValidationResult, lang: str, plots: dict[str, bytes], 
         "titles": titles,
         "localisation": loc,
         "localisation_text": _localisation_text(loc, t, esc),
-        "floor_text": _floor_text(t, traj, esc),
+        "floor_text": _floor_text(t, traj, esc, tr),
         "verdict_reasons": [tr(r) for r in d.get("verdict_reasons") or []],
-        "msprobe": _msprobe_context(d.get("msprobe"), t, esc, markdown),
+        "msprobe": _msprobe_context(d.get("msprobe"), t, esc, markdown, tr),
         "gallery": d.get("gallery") or {},
         "notes": [tr(n) for n in d.get("notes", [])],
         "signoff": d.get("signoff") or {},
-        "sources": [(k, SOURCES[k][0], SOURCES[k][1]) for k in used_sources],
+        "sources": [(k, tr(SOURCES[k][0]), tr(SOURCES[k][1])) for k in used_sources],
         "deliverables": deliverables,
         "plots": {k: base64.b64encode(v).decode() for k, v in plots.items()},
         "plot_files": {k: f"plots/{k}.png" for k in plots},
