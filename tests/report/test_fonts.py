@@ -105,16 +105,19 @@ def test_chromium_draws_every_zh_character_of_the_report_as_a_glyph(tmp_path: Pa
     exactly that, or this check could not fail."""
     result, files = _result(tmp_path)
     report = write_report(result, tmp_path, lang="zh", files=files)["html"].read_text()
-    family = re.search(r"body \{ font-family: ([^;]+);", report).group(1)  # the report's own font list
     chars = sorted(chinese_characters())
     assert len(chars) > 100
     probe = ["\ue000", *chars]
-    with_font = _cells(_page(tmp_path / "with.html", probe, family, font_face_css()), tmp_path / "with.png", len(probe))
-    box = with_font[0]
-    assert box.sum() > 50  # the empty box is drawn
-    boxes = [ch for ch, cell in zip(chars, with_font[1:], strict=True) if (cell ^ box).sum() < 20]
-    assert not boxes, f"drawn as empty boxes: {''.join(boxes)}"
-    assert all(cell.sum() > 20 for cell in with_font[1:])  # and nothing blank
+    # the report's own font lists: the body text's, and code's (options such as 默认 sit in <code>)
+    for which, pattern in (("body", r"body \{ font-family: ([^;]+);"), ("code", r"code, pre \{ font-family: ([^;]+);")):
+        family = re.search(pattern, report).group(1)
+        with_font = _cells(_page(tmp_path / f"{which}.html", probe, family, font_face_css()), tmp_path / f"{which}.png",
+                           len(probe))
+        box = with_font[0]
+        assert box.sum() > 50  # the empty box is drawn
+        boxes = [ch for ch, cell in zip(chars, with_font[1:], strict=True) if (cell ^ box).sum() < 20]
+        assert not boxes, f"{which}: drawn as empty boxes: {''.join(boxes)}"
+        assert all(cell.sum() > 20 for cell in with_font[1:])  # and nothing blank
 
     control = _cells(_page(tmp_path / "without.html", probe[:21], family, ""), tmp_path / "without.png", 21)
     assert sum((cell ^ control[0]).sum() < 20 for cell in control[1:]) >= 18  # no font: boxes everywhere

@@ -41,3 +41,14 @@ def test_report_html_renders_in_headless_chromium(tmp_path: Path) -> None:
     red = (arr[..., 0] > 180) & (arr[..., 1] < 40) & (arr[..., 2] < 40)
     assert red.sum() > 100
     assert arr.std() > 10  # not a blank page
+
+
+def test_the_committed_report_screenshots_are_1280px_and_small() -> None:
+    """docs/report-en.png and docs/report-zh.png: the en and zh reports at 1280 px, pictures first (how
+    they were made: docs/validate.md), a few hundred KB at most."""
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    for name in ("report-en.png", "report-zh.png"):
+        path = docs / name
+        assert path.stat().st_size < 400 * 1024, name
+        with Image.open(path) as im:
+            assert im.size[0] == 1280 and im.size[1] >= 1200, (name, im.size)
