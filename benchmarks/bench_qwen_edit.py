@@ -12,6 +12,10 @@ combine and the scheduler's Euler step - with the first ``--warmup`` steps untim
 * ``difforge default``: real RoPE + one batch-2 CFG call;
 * ``difforge default + compile`` (``--compile``): plus regional ``torch.compile``.
 
+One more instrumented pass of ``difforge default`` (synchronised around each call) gives the share
+of a step spent on the true-CFG combine (``loop.combine_cfg``) and on the scheduler's Euler step;
+random draws take none (the noise is drawn once, before the loop).
+
 ``--fp8`` times the difforge variants with every block Linear stored as float8_e4m3fn
 (``Fp8Linear``, dequantised per forward); the reference stays bf16.  FLOPs are model FLOPs (two
 unpadded batch-1 forwards) counted by FlopCounterMode on a meta-device copy; MFU uses
@@ -183,6 +187,42 @@ def time_loop(transformer: nn.Module, p: Any, backend: Any, batched: bool, warmu
     return times, backend.peak_memory_bytes()
 
 
+def time_shares(transformer: nn.Module, p: Any, backend: Any, batched: bool, steps: int,
+                true_cfg: float = 4.0) -> dict[str, float]:
+    """ms per step of one loop with a sync around each true-CFG combine and scheduler step, and their shares."""
+    from difforge.models.qwen_edit import loop
+
+    scheduler = _scheduler()
+    timesteps = loop.schedule(scheduler, p.noise.shape[1], steps, backend.device)
+    spent = {"cfg": 0.0, "scheduler": 0.0}
+    combine = loop.combine_cfg
+
+    def timed(kind: str, fn: Any) -> Any:
+        def wrapper(*a: Any, **k: Any) -> Any:
+            backend.synchronize()
+            t0 = time.perf_counter()
+            out = fn(*a, **k)
+            backend.synchronize()
+            spent[kind] += time.perf_counter() - t0
+            return out
+        return wrapper
+
+    loop.combine_cfg = timed("cfg", combine)  # looked up by name at each call
+    scheduler.step = timed("scheduler", scheduler.step)
+    try:
+        backend.synchronize()
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            loop.denoise(loop.Denoiser(transformer, batched_cfg=batched), scheduler, p, timesteps, true_cfg)
+        backend.synchronize()
+        wall = time.perf_counter() - t0
+    finally:
+        loop.combine_cfg = combine
+    return {"run_ms_per_step": 1000.0 * wall / steps, "cfg_ms_per_step": 1000.0 * spent["cfg"] / steps,
+            "scheduler_ms_per_step": 1000.0 * spent["scheduler"] / steps, "cfg_share": spent["cfg"] / wall,
+            "scheduler_share": spent["scheduler"] / wall, "draw_share": 0.0}
+
+
 def end_to_end_tiny(seed: int = 0) -> dict[str, Any]:
     """Load time and time to first image of the tiny Plus pipeline (CPU, fp32, 2 steps)."""
     from difforge.config import RunConfig
@@ -265,6 +305,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     results.append(result("difforge, two calls", times, peak, 2, f"real RoPE,{store} eager"))
     times, peak = time_loop(model, p, backend, True, args.warmup, args.steps)
     results.append(result("difforge default", times, peak, 1, f"batched CFG (batch 2), real RoPE,{store} eager"))
+    shares = time_shares(model, p, backend, True, max(args.steps, 2))
     if args.compile:
         # The same compile policy as `difforge edit --compile` (Inductor; torchair on NPU; eager if none).
         compile_record = RunRecord(kind="bench")
@@ -304,6 +345,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "host_max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "results": results,
         "ratios_vs_reference": {r.name: base / r.ms_per_step for r in results},
+        "step_shares": shares,
     }
     if args.size == "tiny" or args.end_to_end:
         payload["end_to_end"] = end_to_end_tiny(args.seed)
@@ -346,6 +388,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"{payload['flops_per_step'] / 1e12:.3f} TFLOP/step (FlopCounterMode, meta)",
         payload["results"], REFERENCE,
     )
+    sh = payload["step_shares"]
+    print(f"difforge default, instrumented run {sh['run_ms_per_step']:.1f} ms/step: random draws 0 (noise drawn once "
+          f"before the loop), CFG combine {sh['cfg_ms_per_step']:.2f} ms ({100 * sh['cfg_share']:.1f} %), scheduler "
+          f"step {sh['scheduler_ms_per_step']:.2f} ms ({100 * sh['scheduler_share']:.1f} %)")
     print(f"full-size transformer weights: bf16 {gb['bf16'] / 1e9:.2f} GB, fp8 Linear weights "
           f"{gb['fp8_linear_weights'] / 1e9:.2f} GB (counted on meta)")
     if "end_to_end" in payload:

@@ -11,21 +11,31 @@ Variants, all measured in the same process:
 * ``baseline``   - every exact optimisation off, eager (the unoptimised path), on the backend's random stream
 * ``optimised``  - the exact optimisations on (the default), eager
 * ``compiled``   - optimised + ``cfg.compile`` (regional compile of the decoder layer, and of the Philox
-  Gumbel-max block on the Philox stream), with ``--compile``
+  sampler block on the Philox stream), with ``--compile``
 * the other random stream - on accelerators (default Philox) the reference's host-drawn CPU stream
   (``--disable philox-rng``); on the CPU (default reference) the portable Philox stream (``--fast
   philox-rng``, eager and, with ``--compile``, compiled); with ``--fast`` or ``--draws`` on the CPU
+* ``--gumbel``: the Philox stream once more with its other categorical sampler, Gumbel-max (one word
+  per token and code), eager and, with ``--compile``, compiled - the comparison that chose inverse-CDF
 
 ``--draws`` adds one instrumented run per variant that times every random draw (the draw functions
-of :mod:`difforge.models.ursa.sampling`, synchronised around each call) and the whole scheduler step,
-and reports their share of the run: the "time on random draws" figure of issue 12.
+of :mod:`difforge.models.ursa.sampling`, synchronised around each call; on the Philox stream the
+inverse-CDF draw includes its float32 softmax), the CFG combine (``URSAPipeline.guide``) and the whole
+scheduler step, and reports their share of the run: the "time on random draws" figure of issue 12.
+
+The reference, diffnext, is timed in the same process when it can be imported: from
+``$DIFFORGE_DIFFNEXT_PATH`` or the ignored folder ``reference/`` at the repository root (a folder holding
+the ``diffnext`` package; never committed), else from the environment.  It gets the same config, the
+same random weights (difforge's state dict, copied where names and shapes match), the same prompt ids,
+seed and steps, eager (and with ``--compile`` its decoder layers compiled by the same policy), and the
+table prints difforge's ratios against it.  When it cannot be imported one line says why.
 
 Tokens of each variant are compared with the baseline's (``tokens_equal_baseline``): on the CPU in
 float32 the exact variants must match bit for bit (another stream gives other tokens by design).
 Nothing here asserts a speed.
 
     python -m benchmarks.bench_ursa --tiny --json out.json
-    python -m benchmarks.bench_ursa --medium --threads 1 --draws --compile   # draw share, both streams
+    python -m benchmarks.bench_ursa --medium --threads 1 --draws --compile --gumbel   # draw shares, both streams
     python -m benchmarks.bench_ursa --medium --compile
     python -m benchmarks.bench_ursa --size full --res 1024 --device cuda --dtype float16 --compile
     python -m benchmarks.bench_ursa --size full --flops-only          # FLOPs/step, no weights built
@@ -34,9 +44,15 @@ Nothing here asserts a speed.
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
+import inspect
+import json
 import math
+import os
 import resource
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -55,12 +71,16 @@ from difforge.models.ursa.config import SchedulerConfig, URSATransformerConfig, 
 from difforge.models.ursa.loader import URSACheckpoint
 from difforge.models.ursa.pipeline import URSAPipeline
 from difforge.models.ursa.rope import positions
-from difforge.models.ursa.sampling import PhiloxDraws
+from difforge.models.ursa.sampling import GUMBEL_MAX, INVERSE_CDF, PhiloxDraws
 from difforge.models.ursa.scheduler import DFMScheduler
 from difforge.models.ursa.transformer import URSATransformer
 from difforge.ops import select_ops
 
 TEXT_LEN = 320  # URSA's fixed prompt length (the tokenizer pads/truncates to it)
+REPO = Path(__file__).resolve().parents[1]
+#: Where the reference's source may sit (a folder holding the ``diffnext`` package), besides the environment.
+DIFFNEXT_ENV = "DIFFORGE_DIFFNEXT_PATH"
+REFERENCE_DIR = REPO / "reference"
 #: Measured bf16 matmul ceiling of one H200 (issue 5); used for the "ms at 100% of ceiling" context.
 H200_CEILING_TFLOPS = 806.0
 #: The real URSA scheduler's metric path.
@@ -176,27 +196,32 @@ def _param_shapes(tcfg: URSATransformerConfig) -> list[tuple[int, ...]]:
 
 # ------------------------------------------------------------------------------------------- draw timing
 class DrawTimer:
-    """Wall time inside URSA's random-draw functions and inside the scheduler step, synchronised around each call.
+    """Wall time inside URSA's random-draw functions, the CFG combine and the scheduler step, synchronised
+    around each call.
 
     Draws: the reference stream's ``categorical`` (multinomial on the CPU, host exponentials + copy
     elsewhere), ``uniform``, ``skip_categorical`` and the initial ``random_codes``; the Philox stream's
-    ``categorical_logits`` / ``categorical_weights`` (noise, the log of the weights, argmax), ``uniform``
-    and ``codes``.  The reference's ``softmax`` before its x1 draw is the scheduler's, not a draw.
+    ``categorical_logits`` / ``categorical_weights`` (inverse-CDF: the float32 softmax of the logits,
+    uniforms, cumulative sums; Gumbel-max: noise, the log of the weights, argmax), ``uniform`` and
+    ``codes``.  The reference's ``softmax`` before its x1 draw is the scheduler's, not a draw.  CFG
+    combine: ``URSAPipeline.guide`` (``u + (c - u) * scale``, in place).
     """
 
     DRAWS = ((ursa_scheduler, "categorical"), (ursa_scheduler, "uniform"), (ursa_scheduler, "skip_categorical"),
              (ursa_pipeline, "random_codes"), (PhiloxDraws, "categorical_logits"),
              (PhiloxDraws, "categorical_weights"), (PhiloxDraws, "uniform"), (PhiloxDraws, "codes"))
     SAMPLER = ((DFMScheduler, "step"), (DFMScheduler, "skip_first_step"))
+    CFG = ((URSAPipeline, "guide"),)
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
-        self.draws_s = self.sampler_s = 0.0
+        self.draws_s = self.sampler_s = self.cfg_s = 0.0
         self._saved: list[tuple[Any, str, Any]] = []
 
     def _wrap(self, owner: Any, name: str, kind: str) -> None:
         fn = getattr(owner, name)
-        self._saved.append((owner, name, fn))
+        static = isinstance(inspect.getattr_static(owner, name), staticmethod)
+        self._saved.append((owner, name, staticmethod(fn) if static else fn))
 
         def timed(*a: Any, **k: Any) -> Any:
             sync(self.device)
@@ -206,13 +231,15 @@ class DrawTimer:
             setattr(self, kind, getattr(self, kind) + time.perf_counter() - t0)
             return out
 
-        setattr(owner, name, timed)
+        setattr(owner, name, staticmethod(timed) if static else timed)
 
     def __enter__(self) -> DrawTimer:
         for owner, name in self.DRAWS:
             self._wrap(owner, name, "draws_s")
         for owner, name in self.SAMPLER:
             self._wrap(owner, name, "sampler_s")
+        for owner, name in self.CFG:
+            self._wrap(owner, name, "cfg_s")
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -228,6 +255,7 @@ class Variant:
     fast: tuple[str, ...] = ()
     compile: bool = False
     exact: bool = True
+    sampler: str = INVERSE_CDF  # the Philox stream's categorical sampler
 
 
 def run_variant(
@@ -237,6 +265,7 @@ def run_variant(
     cfg = RunConfig(model="random", quiet=True, guidance=args.guidance, guidance_trunc=args.guidance_trunc,
                     disable=list(variant.disable), fast=list(variant.fast), compile=variant.compile)
     flags = pipe.optimisations(cfg)
+    pipe.philox_sampler = variant.sampler
     policy = pipe.set_compile(variant.compile)
     gen = torch.Generator().manual_seed(args.seed)
     cond = torch.randint(0, 1000, (1, TEXT_LEN), generator=gen)
@@ -288,10 +317,122 @@ def run_variant(
         result.extra["draws"] = {
             "run_ms_per_step": wall_ms / args.steps, "draw_ms_per_step": timer.draws_s * 1000.0 / args.steps,
             "sampler_ms_per_step": timer.sampler_s * 1000.0 / args.steps,
+            "cfg_ms_per_step": timer.cfg_s * 1000.0 / args.steps,
             "draw_share": timer.draws_s * 1000.0 / wall_ms, "sampler_share": timer.sampler_s * 1000.0 / wall_ms,
+            "cfg_share": timer.cfg_s * 1000.0 / wall_ms,
         }
+    result.extra["philox_sampler"] = variant.sampler if info["random_stream"] == "philox" else None
     pipe.set_compile(False)
+    pipe.philox_sampler = INVERSE_CDF
     return result, runs[-1][1].cpu()
+
+
+# ------------------------------------------------------------------------------------------- the reference
+def import_diffnext() -> tuple[Any | None, str]:
+    """``(diffnext's URSA pieces, where from)``, or ``(None, why not)``: never raises.
+
+    Looks in ``$DIFFORGE_DIFFNEXT_PATH``, then ``reference/`` at the repository root (each a folder holding
+    the ``diffnext`` package, or the package folder itself), then the environment.
+    """
+    where = "the environment"
+    for folder in (os.environ.get(DIFFNEXT_ENV, ""), str(REFERENCE_DIR)):
+        if not folder:
+            continue
+        root = Path(folder).expanduser()
+        root = root.parent if root.name == "diffnext" and (root / "__init__.py").exists() else root
+        if (root / "diffnext" / "__init__.py").exists():
+            if str(root) not in sys.path:
+                sys.path.insert(0, str(root))
+            where = str(root)
+            break
+    if importlib.util.find_spec("diffnext") is None:
+        return None, (f"diffnext is not importable (set {DIFFNEXT_ENV}, or put its source in reference/ at the "
+                      "repository root, an ignored folder)")
+    try:
+        pipeline = importlib.import_module("diffnext.pipelines.ursa.pipeline_ursa")
+        transformer = importlib.import_module("diffnext.models.transformers.transformer_ursa")
+        scheduler = importlib.import_module("diffnext.schedulers.scheduling_dfm")
+    except Exception as exc:  # noqa: BLE001 - a missing dependency of the reference is a reason, not a failure
+        return None, f"diffnext from {where} does not import here ({type(exc).__name__}: {exc})"
+    return (pipeline, transformer, scheduler), where
+
+
+def _cpu_swiglu() -> None:
+    """diffnext's SwiGLU is a CUDA jiterator kernel: route CPU tensors to its float32 formula (scripts/ helper)."""
+    name = "ursa_reference_arrays"
+    module = sys.modules.get(name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+        if spec is None or spec.loader is None:
+            return
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # registered: torch.compile's tracing looks the patched function's module up
+        spec.loader.exec_module(module)
+    module.patch_swiglu()
+
+
+class _VaeStub:
+    """What diffnext's pipeline reads of a VAE when it decodes nothing (``output_type="latent"``)."""
+
+    config: dict[str, int] = {"temporal_stride": 4, "spatial_stride": 16}
+
+
+def time_reference(pipe: URSAPipeline, latent: tuple[int, int, int], args: argparse.Namespace,
+                   compiled: bool) -> dict[str, Any]:
+    """diffnext's own loop on difforge's config and weights: ms/step of its call with ``output_type="latent"``."""
+    mods, where = import_diffnext()
+    if mods is None:
+        return {"available": False, "why": where}
+    pipeline_mod, transformer_mod, scheduler_mod = mods
+    dev, tcfg = pipe.device, pipe.transformer.config
+    try:
+        if dev.type == "cpu":
+            _cpu_swiglu()
+        with torch.device(dev):  # built where it runs (not on meta: its non-persistent buffers need their init)
+            model = transformer_mod.URSATransformer3DModel(**tcfg.to_dict())
+        theirs = model.state_dict()
+        ours = {k: v for k, v in pipe.transformer.state_dict().items() if k in theirs and theirs[k].shape == v.shape}
+        model.load_state_dict(ours, strict=False)
+        missing = sorted(set(theirs) - set(ours))
+        model.to(pipe.dtype).requires_grad_(False).eval()
+        with tempfile.TemporaryDirectory() as tmp:
+            Path(tmp, "scheduler_config.json").write_text(json.dumps(
+                {"_class_name": "KineticOptimalScheduler", "alpha": SCHEDULER.alpha, "c": SCHEDULER.c,
+                 "shift": SCHEDULER.shift, "eps": SCHEDULER.eps}))
+            torch.save({"path.emb": pipe.checkpoint.codebook}, Path(tmp, "scheduler_model.pth"))
+            scheduler = scheduler_mod.KineticOptimalScheduler.from_pretrained(tmp).to(dev)
+        ref = pipeline_mod.URSAPipeline(transformer=model, scheduler=scheduler, vae=_VaeStub(), tokenizer=None)
+        ref.set_progress_bar_config(disable=True)
+        if compiled:
+            policy = pipe.backend.compile_policy()
+            if not policy.available:
+                return {"available": False, "why": f"no compile here: {policy.detail}"}
+            for layer in model.model.layers:
+                layer.compile(**policy.torch_compile_kwargs())
+        gen = torch.Generator().manual_seed(args.seed)
+        cond = torch.randint(0, 1000, (1, TEXT_LEN), generator=gen).to(dev)
+        uncond = torch.randint(0, 1000, (1, TEXT_LEN), generator=gen).to(dev)
+
+        def once() -> tuple[float, torch.Tensor]:
+            sync(dev)
+            t0 = time.perf_counter()
+            out = ref(prompt=[""], prompt_ids=cond.clone(), negative_prompt_ids=uncond.clone(), latents_shape=list(latent),
+                      num_inference_steps=args.steps, guidance_scale=args.guidance, guidance_trunc=args.guidance_trunc,
+                      generator=torch.Generator(device=dev).manual_seed(args.seed), output_type="latent")
+            sync(dev)
+            return (time.perf_counter() - t0) * 1000.0 / args.steps, out.frames
+
+        t0 = time.perf_counter()
+        for _ in range(args.warmup):
+            once()
+        warm_s = time.perf_counter() - t0
+        runs = [once() for _ in range(args.repeat)]
+    except Exception as exc:  # noqa: BLE001 - the reference failing is reported, the bench goes on
+        return {"available": False, "why": f"diffnext from {where} failed to run ({type(exc).__name__}: {exc})"}
+    per_step = sorted(ms for ms, _ in runs)
+    return {"available": True, "from": where, "compiled": compiled, "ms_per_step": per_step[len(per_step) // 2],
+            "runs_ms_per_step": [ms for ms, _ in runs], "warmup_s": warm_s, "weights_not_copied": missing,
+            "tokens": runs[-1][1].reshape(-1).to(torch.int64).cpu()}
 
 
 def variants(args: argparse.Namespace, backend: Backend) -> list[Variant]:
@@ -301,10 +442,15 @@ def variants(args: argparse.Namespace, backend: Backend) -> list[Variant]:
         out.append(Variant("optimised + compile", compile=True, exact=False))
     if backend.random_stream == "philox":  # an accelerator: the old host-drawn default, for comparison
         out.append(Variant("optimised, reference stream", disable=(PHILOX_RNG,), compile=args.compile, exact=False))
-    elif args.fast or args.draws:
+    elif args.fast or args.draws or args.gumbel:
         out.append(Variant("optimised + philox-rng", fast=(PHILOX_RNG,), exact=False))
         if args.compile:
             out.append(Variant("optimised + philox-rng + compile", fast=(PHILOX_RNG,), compile=True, exact=False))
+    if args.gumbel:  # the Philox stream's other sampler, on any backend (fast names the stream on the CPU)
+        out.append(Variant("philox-rng, gumbel-max", fast=(PHILOX_RNG,), exact=False, sampler=GUMBEL_MAX))
+        if args.compile:
+            out.append(Variant("philox-rng, gumbel-max + compile", fast=(PHILOX_RNG,), compile=True, exact=False,
+                               sampler=GUMBEL_MAX))
     return out
 
 
@@ -319,7 +465,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--compile", action="store_true", help="also time cfg.compile (regional compile)")
     p.add_argument("--fast", action="store_true", help="also time the portable Philox stream (philox-rng) on the CPU")
     p.add_argument("--draws", action="store_true",
-                   help="time the random draws and the scheduler step per variant (one instrumented run more)")
+                   help="time the random draws, CFG combine and scheduler step per variant (one instrumented run more)")
+    p.add_argument("--gumbel", action="store_true",
+                   help="also time the Philox stream with its Gumbel-max sampler (the inverse-CDF default's comparison)")
+    p.add_argument("--no-reference", action="store_true", help="do not time diffnext even where it imports")
     p.add_argument("--steps", type=int, default=None, help="denoising steps per timed run")
     p.add_argument("--warmup", type=int, default=1, help="untimed runs before timing")
     p.add_argument("--repeat", type=int, default=1, help="timed runs (ms/step is their median)")
@@ -369,6 +518,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     base = results[0]
     for r in results:
         r.extra["tokens_equal_baseline"] = bool(torch.equal(tokens[r.name], tokens[base.name]))
+        eager = r.name.removesuffix(" + compile")  # a compiled variant against its eager twin (same stream)
+        r.extra["tokens_equal_eager"] = (bool(torch.equal(tokens[r.name], tokens[eager]))
+                                         if eager != r.name and eager in tokens else None)
         r.notes = "exact" if r.notes == "exact" else (
             "another random stream (exact in distribution)" if r.extra["random_stream"] != base.extra["random_stream"]
             else r.notes)
@@ -378,20 +530,42 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
              f"CFG {args.guidance:g}, {args.steps} steps, build {build_s:.1f} s")
     print_table(title, results, baseline=base.name)
     for r in results:
-        print(f"  {r.name:<34} fwd/step {r.extra['forwards_per_step']:.3f}  stream {r.extra['random_stream']:<9}  "
-              f"tokens equal to baseline: {r.extra['tokens_equal_baseline']}")
+        stream = r.extra["random_stream"] + (f" ({r.extra['philox_sampler']})" if r.extra["philox_sampler"] else "")
+        twin = "" if r.extra["tokens_equal_eager"] is None else f", to eager: {r.extra['tokens_equal_eager']}"
+        print(f"  {r.name:<34} fwd/step {r.extra['forwards_per_step']:.3f}  stream {stream:<23}  "
+              f"tokens equal to baseline: {r.extra['tokens_equal_baseline']}{twin}")
         if "draws" in r.extra:
             d = r.extra["draws"]
             print(f"  {'':<34} instrumented run {d['run_ms_per_step']:.1f} ms/step: random draws "
-                  f"{d['draw_ms_per_step']:.1f} ms ({100 * d['draw_share']:.1f} %), scheduler step "
+                  f"{d['draw_ms_per_step']:.1f} ms ({100 * d['draw_share']:.1f} %), CFG combine "
+                  f"{d['cfg_ms_per_step']:.1f} ms ({100 * d['cfg_share']:.1f} %), scheduler step "
                   f"{d['sampler_ms_per_step']:.1f} ms ({100 * d['sampler_share']:.1f} %)")
-    print("  reference (diffnext) timing: not run - the baseline is difforge's own unoptimised path")
+    print("  baseline: difforge's own unoptimised path (exact switches off, eager)")
+    references: list[dict[str, Any]] = []
+    if args.no_reference:
+        print("  reference (diffnext): not timed (--no-reference)")
+    else:
+        for compiled in (False, True) if args.compile else (False,):
+            ref = time_reference(pipe, latent, args, compiled)
+            label = "reference (diffnext" + (", decoder layers compiled)" if compiled else ", eager)")
+            if not ref["available"]:
+                print(f"  {label}: not timed - {ref['why']}")
+                references.append(ref)
+                break
+            ref_tokens = ref.pop("tokens")
+            ref["tokens_equal_baseline"] = bool(torch.equal(ref_tokens, tokens[base.name].reshape(-1)))
+            ref["ratios"] = {r.name: ref["ms_per_step"] / r.ms_per_step for r in results}
+            references.append(ref)
+            print(f"  {label}: {ref['ms_per_step']:.1f} ms/step (from {ref['from']}; weights not copied: "
+                  f"{len(ref['weights_not_copied'])}; tokens equal to the baseline's: {ref['tokens_equal_baseline']})")
+            for r in results:
+                print(f"    {r.name:<34} {ref['ratios'][r.name]:.2f}x the reference's speed")
     payload = {
         "benchmark": "ursa", "size": size.name, "res": res, "dtype": str(dtype).removeprefix("torch."),
         "device": str(backend.device), "device_name": backend.device_name(), "steps": args.steps,
         "guidance": args.guidance, "guidance_trunc": args.guidance_trunc, "warmup": args.warmup,
         "repeat": args.repeat, "torch": torch.__version__, "threads": torch.get_num_threads(),
-        "build_s": build_s, "baseline": base.name, "reference": None, "flops": flops_info,
+        "build_s": build_s, "baseline": base.name, "reference": references, "flops": flops_info,
         "results": [replace(r) for r in results],
     }
     write_json(args.json, payload)

@@ -1,14 +1,15 @@
-"""The portable Philox stream on an accelerator: same words as the CPU, same Gumbel-max draws, and its cost.
+"""The portable Philox stream on an accelerator: same words as the CPU, same categorical draws, and their cost.
 
 The one check a session with a device runs for issue 12 (no device was lent when this was written):
 
     python scripts/philox_device_check.py --device cuda [--json philox.json]      # or npu, xpu, mps
 
 1. Random123 known answers computed on the device; 2. a 4 M-word grid, device vs CPU, bit for bit;
-3. Gumbel-max over ``[rows, 64000]`` random logits, device vs CPU (categories may differ only where two
-scores are tied within float rounding; the count is printed); 4. ms per full-size draw
-(``--rows`` x 64000: 1024 rows = 512², 4096 = 1024²), eager and compiled by the device's policy,
-against the reference stream's host ``exponential_`` + copy of the same size.
+3. the default sampler, inverse-CDF over ``softmax`` of ``[rows, 64000]`` random logits, and
+Gumbel-max over the same logits, device vs CPU (categories may differ only near a cumulative-sum
+boundary, or where two scores are tied within float rounding; the counts are printed); 4. ms per
+full-size draw of each (``--rows`` x 64000: 1024 rows = 512², 4096 = 1024²), eager and compiled by
+the device's policy, against the reference stream's host ``exponential_`` + copy of the same size.
 """
 
 from __future__ import annotations
@@ -23,7 +24,14 @@ import torch
 
 from difforge.devices import get_backend
 from difforge.models.ursa.sampling import DEVICE_CHUNK, HOST_CHUNK
-from difforge.runtime.philox import grid_words, gumbel_argmax, gumbel_argmax_block, philox4x32
+from difforge.runtime.philox import (
+    grid_words,
+    gumbel_argmax,
+    gumbel_argmax_block,
+    inverse_cdf,
+    inverse_cdf_logits_block,
+    philox4x32,
+)
 
 KAT10 = [((0, 0, 0, 0), (0, 0), [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8]),
          ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, [0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD]),
@@ -62,6 +70,17 @@ def main(argv: list[str]) -> int:
                                          grid_words(rows, 4096, 7, 1, 12345, 678)))
     logits = torch.randn(args.rows, args.codes, generator=torch.Generator().manual_seed(0)) * 4
     on_dev = logits.to(dev)
+    icdf_cpu = inverse_cdf(logits, 3, 1, 5, 0, logits=True)
+    icdf_dev = inverse_cdf(on_dev, 3, 1, 5, 0, logits=True).cpu()
+    out["inverse_cdf_rows_differing"] = int((icdf_cpu != icdf_dev).sum())
+    out["inverse_cdf_ms_per_draw_eager"] = _ms(lambda: inverse_cdf(on_dev, 3, 1, 5, 0, logits=True), backend)
+    icdf_compiled = backend.compile_policy().compile(partial(inverse_cdf_logits_block, inplace=False))
+    if icdf_compiled is not None:
+        words0 = [torch.full((), v, dtype=torch.int64, device=dev) for v in (3, 1, 5, 0)]
+        fused0 = inverse_cdf(on_dev, *words0, block_fn=icdf_compiled, logits=True)
+        out["inverse_cdf_compiled_rows_differing_from_eager"] = int((fused0.cpu() != icdf_dev).sum())
+        out["inverse_cdf_ms_per_draw_compiled"] = _ms(
+            lambda: inverse_cdf(on_dev, *words0, block_fn=icdf_compiled, logits=True), backend)
     cpu_codes = gumbel_argmax(logits, 3, 1, 5, 0)
     dev_codes = gumbel_argmax(on_dev, 3, 1, 5, 0, chunk=chunk).cpu()
     out["gumbel_rows_differing"] = int((cpu_codes != dev_codes).sum())

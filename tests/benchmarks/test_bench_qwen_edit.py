@@ -21,6 +21,8 @@ def test_tiny_benchmark_writes_complete_json(tmp_path: Path) -> None:
         assert r["flops_per_step"] == data["flops_per_step"] > 0 and r["tflops"] > 0
     assert [r["forwards_per_step"] for r in data["results"]] == [2, 2, 1]
     assert all(v > 0 for v in data["ratios_vs_reference"].values())
+    shares = data["step_shares"]  # the instrumented run of "difforge default": true CFG's combine, the Euler step
+    assert shares["cfg_ms_per_step"] > 0 and 0 < shares["cfg_share"] < 1 and 0 < shares["scheduler_share"] < 1
     # Meta count of the real model: ~40.9 GB in bf16, ~20.4 GB with fp8 Linear weights (spec §3.3).
     full = data["weight_bytes"]["meta_bf16_vs_fp8"]["full"]
     assert full["params"] == 20_430_401_088

@@ -10,7 +10,8 @@ from benchmarks.bench_ursa import main
 
 def test_tiny_bench_writes_complete_json(tmp_path: Path) -> None:
     out = tmp_path / "ursa.json"
-    main(["--tiny", "--steps", "3", "--warmup", "0", "--fast", "--draws", "--threads", "1", "--json", str(out)])
+    main(["--tiny", "--steps", "3", "--warmup", "0", "--fast", "--draws", "--gumbel", "--threads", "1",
+          "--no-reference", "--json", str(out)])
     data = json.loads(out.read_text())
     assert data["size"] == "tiny" and data["device"] == "cpu" and data["steps"] == 3
     names = [r["name"] for r in data["results"]]
@@ -25,9 +26,14 @@ def test_tiny_bench_writes_complete_json(tmp_path: Path) -> None:
         draws = r["extra"]["draws"]  # --draws: the instrumented run's draw and scheduler time, and their shares
         assert draws["draw_ms_per_step"] > 0 and draws["sampler_ms_per_step"] > 0  # draws include the initial codes
         assert 0 < draws["draw_share"] < 1 and 0 < draws["sampler_share"] < 1
+        assert draws["cfg_ms_per_step"] > 0 and 0 < draws["cfg_share"] < 1  # CFG 7: the combine runs
     by_name = {r["name"]: r for r in data["results"]}
     assert by_name["optimised (exact)"]["extra"]["random_stream"] == "reference"  # the CPU's default
     assert by_name["optimised + philox-rng"]["extra"]["random_stream"] == "philox"
+    assert by_name["optimised + philox-rng"]["extra"]["philox_sampler"] == "inverse-cdf"
+    assert by_name["philox-rng, gumbel-max"]["extra"]["philox_sampler"] == "gumbel-max"
+    assert by_name["optimised (exact)"]["extra"]["philox_sampler"] is None
+    assert data["reference"] == []  # --no-reference
     assert by_name["optimised (exact)"]["forwards_per_step"] < 1  # reuse-first-forward saved a forward
     assert data["flops"]["flops_per_forward"] > 0 and data["flops"]["ms_at_ceiling"] > 0
 
@@ -40,3 +46,23 @@ def test_flops_only_counts_full_size_on_meta(tmp_path: Path) -> None:
     assert 1.9e9 < flops["parameters"] < 2.1e9
     # ~2 * non-embedding params * tokens: a wrong count (e.g. attention or lm_head missed) leaves this band
     assert 8.5e12 < flops["flops_per_forward"] < 9.5e12
+
+
+def test_the_reference_is_reported_when_it_cannot_be_imported(tmp_path: Path, monkeypatch, capsys) -> None:
+    """An empty DIFFORGE_DIFFNEXT_PATH and no diffnext in the environment: one line saying why, nothing timed."""
+    import importlib.util
+
+    import benchmarks.bench_ursa as bench
+
+    monkeypatch.setenv(bench.DIFFNEXT_ENV, str(tmp_path))
+    monkeypatch.setattr(bench, "REFERENCE_DIR", tmp_path / "reference")
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "diffnext" else real_find_spec(name, *a))
+    mods, why = bench.import_diffnext()
+    assert mods is None and "diffnext is not importable" in why and bench.DIFFNEXT_ENV in why
+    out = tmp_path / "ursa.json"
+    main(["--tiny", "--steps", "1", "--warmup", "0", "--threads", "1", "--json", str(out)])
+    assert "reference (diffnext, eager): not timed - diffnext is not importable" in capsys.readouterr().out
+    ref = json.loads(out.read_text())["reference"]
+    assert len(ref) == 1 and ref[0]["available"] is False

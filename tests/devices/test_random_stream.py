@@ -56,6 +56,7 @@ def test_an_ursa_call_on_the_npu_records_philox_by_default(tiny_npu_pipe) -> Non
     pipe._record_flags(flags, record)
     stream = next(a for a in record.adaptations if a.what == "random stream")
     assert stream.exact and stream.choice.startswith("philox4x32-10") and "npu backend's default" in stream.detail
+    assert "inverse-cdf sampling" in stream.detail  # the categorical sampler every device shares
     assert "host draws" not in {a.what for a in record.adaptations}  # nothing is drawn on the host
     named = pipe.optimisations(RunConfig(model="t", disable=[PHILOX_RNG]))
     assert named.random_stream == REFERENCE_STREAM and named.stream_named

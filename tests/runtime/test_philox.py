@@ -1,4 +1,5 @@
-"""The portable Philox4x32-10: Random123's known answers, no int64 overflow, eager = compiled, and its floats.
+"""The portable Philox4x32-10: Random123's known answers, no int64 overflow, eager = compiled, its floats, and
+its two categorical samplers (inverse-CDF, Gumbel-max).
 
 Integer words are exact on every CPU and device, so they are pinned; float tests state their tolerance.
 """
@@ -15,12 +16,16 @@ from difforge.devices.compile import compile_policy
 from difforge.runtime import philox
 from difforge.runtime.philox import (
     MASK32,
+    cdf_block_size,
     exponential_from_words,
     grid_words,
     gumbel_argmax,
     gumbel_argmax_block,
     gumbel_from_words,
     integers_from_words,
+    inverse_cdf,
+    inverse_cdf_block,
+    inverse_cdf_logits_block,
     philox4x32,
     philox_words,
     uniform_from_words,
@@ -158,6 +163,110 @@ def test_blocks_do_not_change_the_draw() -> None:
     assert torch.equal(whole, gumbel_argmax(scores, 9, 1, 5, 6, chunk=1))
     assert not torch.equal(whole, gumbel_argmax(scores, 10, 1, 5, 6))  # another step, other noise
     assert not torch.equal(whole, gumbel_argmax(scores, 9, 1, 5, 7))  # another seed, other noise
+
+
+def _chi2_critical(df: int, z: float = 3.09) -> float:
+    """Upper 0.1 % point of chi-square with ``df`` degrees of freedom (Wilson-Hilferty; within 1 % for df >= 3)."""
+    a = 2 / (9 * df)
+    return df * (1 - a + z * math.sqrt(a)) ** 3
+
+
+def _chi2(codes: torch.Tensor, p: torch.Tensor) -> tuple[float, int]:
+    """Pearson's statistic of ``codes`` against probabilities ``p`` (codes of zero probability must not occur)."""
+    n = codes.numel()
+    counts = torch.bincount(codes, minlength=p.numel()).double()
+    keep = p > 0
+    assert float(counts[~keep].sum()) == 0, "a zero-probability code was drawn"
+    expected = p[keep].double() * n
+    return float(((counts[keep] - expected) ** 2 / expected).sum()), int(keep.sum()) - 1
+
+
+def test_cdf_block_size_is_about_the_square_root() -> None:
+    assert [cdf_block_size(k) for k in (1, 2, 6, 64, 100, 16384, 64000)] == [1, 2, 4, 8, 16, 128, 256]
+    assert 64000 % cdf_block_size(64000) == 0 and 16384 % cdf_block_size(16384) == 0  # URSA's books: no padding
+
+
+@pytest.mark.parametrize("k", [6, 37, 64])
+def test_inverse_cdf_passes_a_chi_square_test(k: int) -> None:
+    """2**16 rows of one weight vector (a ragged last block for 37, zeros that must never be drawn): Pearson's
+    statistic below the 0.1 % critical value.  The words are pinned, so this is deterministic, not flaky."""
+    rows = 1 << 16
+    gen = torch.Generator().manual_seed(k)
+    w = torch.rand(k, generator=gen) ** 3
+    w[torch.randperm(k, generator=gen)[: k // 5]] = 0  # some zero weights
+    codes = inverse_cdf(w.expand(rows, -1), 4, 2, 77, 0)
+    stat, df = _chi2(codes, w / w.sum())
+    assert stat < _chi2_critical(df), (stat, df)
+    logits = torch.randn(k, generator=gen) * 2  # the logits form: softmax in float32, then the same draw
+    codes = inverse_cdf(logits.expand(rows, -1), 4, 1, 77, 0, logits=True)
+    stat, df = _chi2(codes, logits.double().softmax(-1))
+    assert stat < _chi2_critical(df), (stat, df)
+
+
+def test_inverse_cdf_matches_softmax_frequencies_within_5_standard_errors() -> None:
+    """The same logits as the Gumbel-max test: both samplers estimate softmax(logits)."""
+    rows = 1 << 16
+    logits = torch.tensor([2.0, 1.0, 0.0, -1.0, 0.5, -30.0])
+    p = logits.softmax(-1).double()
+    codes = inverse_cdf(logits.expand(rows, -1), 4, 1, 77, 0, logits=True)
+    freq = torch.bincount(codes, minlength=6).double() / rows
+    assert bool(((freq - p).abs() <= 5 * torch.sqrt(p * (1 - p) / rows) + 1e-9).all()), (freq, p)
+
+
+def test_inverse_cdf_known_answer_from_python_ints() -> None:
+    """Each row's code is the two-level rule on words 0 and 1 of counter ``(0, row, c2, c3)``, recomputed here in
+    float64 from :func:`philox_words` on Python ints (a draw this close to a boundary would be skipped: none is)."""
+    gen = torch.Generator().manual_seed(5)
+    w = torch.rand(40, 100, generator=gen)
+    got = inverse_cdf(w, 9, 3, 0xABCDEF, 17)
+    size = cdf_block_size(100)  # 16: 7 blocks, the last padded
+    for r in range(40):
+        u0, u1 = (((word >> 8) | 1) * 2.0**-24 for word in philox_words(0, r, 9, 3, 0xABCDEF, 17)[:2])
+        row = w[r].double()
+        blocks = torch.nn.functional.pad(row, (0, 7 * size - 100)).view(7, size)
+        cb = blocks.sum(-1).cumsum(0)
+        b = int((cb < u0 * cb[-1]).sum())
+        inner = blocks[b].cumsum(0)
+        j = int((inner < u1 * inner[-1]).sum())
+        assert int(got[r]) == b * size + j, r
+
+
+def test_inverse_cdf_rows_steps_keys_and_edge_rows() -> None:
+    """A row's code depends on its row number alone; other steps and keys give other codes; an all-zero row
+    gives index 0 and NaN weights still a valid index; an empty draw is empty."""
+    w = torch.rand(50, 300, generator=torch.Generator().manual_seed(2))
+    whole = inverse_cdf(w, 9, 1, 5, 6)
+    sub = torch.tensor([3, 17, 41])
+    assert torch.equal(inverse_cdf(w[sub], 9, 1, 5, 6, rows=sub), whole[sub])
+    assert not torch.equal(whole, inverse_cdf(w, 10, 1, 5, 6)) and not torch.equal(whole, inverse_cdf(w, 9, 1, 5, 7))
+    assert not torch.equal(whole, inverse_cdf(w, 9, 2, 5, 6))  # another draw of the same step
+    assert torch.equal(inverse_cdf_block(w, torch.arange(50), 9, 1, 5, 6), whole)
+    scores = w.log()  # the logits form is the weights form on softmax(logits), op for op
+    assert torch.equal(inverse_cdf_logits_block(scores, torch.arange(50), 9, 1, 5, 6),
+                       inverse_cdf(scores.softmax(-1), 9, 1, 5, 6))
+    odd = torch.zeros(3, 300)
+    odd[1, 7] = 1.0
+    odd[2] = float("nan")
+    codes = inverse_cdf(odd, 0, 1, 2, 3)
+    assert codes[0] == 0 and codes[1] == 7 and 0 <= int(codes[2]) < 300
+    assert inverse_cdf(torch.empty(0, 300), 0, 1, 2, 3).shape == (0,)
+    half = inverse_cdf(w.half(), 9, 1, 5, 6)  # any float dtype: the draw is made in float32
+    assert half.dtype == torch.int64 and int((half != whole).sum()) <= 2  # the weights rounded to float16
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not compile_policy("cpu").available, reason=f"no CPU compile here: {compile_policy('cpu').detail}")
+def test_inverse_cdf_compiled_equals_eager_on_cpu() -> None:
+    """The inverse-CDF block compiled by Inductor draws the eager block's codes (logits and weights forms)."""
+    compiled = torch.compile(inverse_cdf_logits_block, backend="inductor", dynamic=False)
+    weights_fn = torch.compile(inverse_cdf_block, backend="inductor", dynamic=False)
+    logits = torch.randn(64, 256, generator=torch.Generator().manual_seed(3)) * 3
+    rows = torch.arange(64)
+    for step, key in ((0, (0, 0)), (7, (MASK32, 0x9E3779B9))):
+        args = [torch.tensor(v) for v in (step, 1, *key)]
+        assert torch.equal(compiled(logits, rows, *args), inverse_cdf_logits_block(logits, rows, step, 1, *key))
+        w = logits.softmax(-1)
+        assert torch.equal(weights_fn(w, rows, *args), inverse_cdf_block(w, rows, step, 1, *key))
 
 
 @pytest.mark.slow

@@ -25,6 +25,17 @@ every value is exact in float32 (and bfloat16-free: always float32), strictly in
 exactly 1/2, so ``log(u)`` and ``log(-log(u))`` are finite.  The Gumbel noise is ``-log(-log(u))``,
 within [-2.81, 16.64]: the cut tails have probability 6e-8 each.
 
+Categorical sampling, two ways (both exact in distribution up to float32 rounding):
+
+* :func:`inverse_cdf` (URSA's default): two uniforms per row - words 0 and 1 of the one counter
+  ``(0, row, c2, c3)`` - pick a block of the codebook by the cumulative sum of the block sums, then a
+  code inside that block by its own cumulative sum.  ``P(block) * P(code | block)`` is the code's
+  weight over the total, and the two short cumulative sums (about ``sqrt(K)`` terms each, blocks of
+  :func:`cdf_block_size`) keep float32 rounding and the 2**-23 spacing of the uniforms far below what
+  one cumulative sum over ``K`` codes would leave.  Words per draw: ``2 * rows`` (not ``rows * K``).
+* :func:`gumbel_argmax`: ``argmax(scores + G)`` with one Gumbel number per (row, code), no softmax;
+  ``rows * K`` words, kept for comparison.
+
 Known-answer tests: the Random123 ``kat_vectors`` for philox4x32-7 and -10 (tests/runtime/test_philox.py).
 """
 
@@ -210,3 +221,78 @@ def gumbel_argmax(
     if not parts:
         return torch.empty(0, dtype=torch.int64, device=scores.device)
     return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+def cdf_block_size(k: int) -> int:
+    """Codes per block of :func:`inverse_cdf_block` for a codebook of ``k``: the smallest power of two at or
+    above ``sqrt(k)`` (8 for 64 codes, 128 for 16384, 256 for 64000), so both cumulative sums stay short."""
+    return 1 << ((max(k, 1) - 1).bit_length() + 1) // 2
+
+
+def _first_reaching(cdf: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Per row of the non-decreasing ``cdf [r, n]``: the first index whose entry reaches ``u * cdf[:, -1]``.
+
+    Counted as the entries below the target (what ``searchsorted`` returns on a sorted row, in one fused
+    reduction everywhere).  ``u < 1`` keeps the target at or below the last entry, and ``u > 0`` above a
+    run of leading zeros, so a zero weight is never chosen unless the whole row is zero (then index 0).
+    """
+    target = cdf[:, -1:] * u[:, None]
+    return (cdf < target).sum(-1).clamp_(max=cdf.shape[-1] - 1)
+
+
+def inverse_cdf_block(
+    weights: torch.Tensor, rows: torch.Tensor, c2: Word, c3: Word, k0: Word, k1: Word, inplace: bool = True
+) -> torch.Tensor:
+    """One category per row of non-negative ``weights [r, K]`` (unnormalised), int64 ``[r]``, by inverse CDF.
+
+    Row ``i`` draws the two uniforms of words 0 and 1 of counter ``(0, rows[i], c2, c3)``: the first picks
+    a block of :func:`cdf_block_size` codes with probability (block sum) / (row sum), the second a code
+    of that block with probability weight / (block sum).  Weights are used in float32; a ``K`` that is
+    not a multiple of the block size is padded with zero weights (never drawn).  ``inplace`` is taken
+    for the signature every block shares; with one counter per row the functional rounds are faster.
+
+    The uniforms are the same words on every backend; the sums they are compared with are float32
+    reductions and scans, whose rounding (and the softmax's) differs between backends and between eager
+    and compiled kernels.  So the same seed gives the same code everywhere except where a uniform falls
+    within that rounding of a cumulative-sum boundary - the counterpart of near-tied logits for
+    Gumbel-max.
+    """
+    r, k = weights.shape
+    size = cdf_block_size(k)
+    blocks = -(-k // size)
+    w = weights.float()
+    if blocks * size != k:
+        w = torch.nn.functional.pad(w, (0, blocks * size - k))
+    u = uniform_from_words(grid_words(rows, 2, c2, c3, k0, k1, inplace=False))  # [r, 2]: few counters, functional
+    w = w.view(r, blocks, size)
+    block = _first_reaching(w.sum(-1).cumsum(-1), u[:, 0])
+    chosen = w[torch.arange(r, dtype=torch.int64, device=w.device), block]  # [r, size]: the block drawn
+    return block * size + _first_reaching(chosen.cumsum(-1), u[:, 1])
+
+
+def inverse_cdf_logits_block(
+    scores: torch.Tensor, rows: torch.Tensor, c2: Word, c3: Word, k0: Word, k1: Word, inplace: bool = True
+) -> torch.Tensor:
+    """:func:`inverse_cdf_block` on ``softmax(scores)`` computed in float32: one category per row of logits."""
+    return inverse_cdf_block(scores.softmax(-1, dtype=torch.float32), rows, c2, c3, k0, k1, inplace)
+
+
+def inverse_cdf(
+    weights: torch.Tensor, c2: Word, c3: Word, k0: Word, k1: Word, block_fn: BlockFn | None = None,
+    rows: torch.Tensor | None = None, logits: bool = False,
+) -> torch.Tensor:
+    """:func:`inverse_cdf_block` (``logits``: :func:`inverse_cdf_logits_block`) over all of ``weights [R, K]``.
+
+    ``rows``: the counter row of each weight row (default ``0 .. R-1``); a row's uniforms depend on its
+    row number alone, so drawing a subset of rows gives those rows' codes of the full draw.  The
+    temporaries are one float32 ``[R, K]`` buffer (the softmax, or the weights' float32 copy when they
+    are another dtype) and ``[R, K / block]`` and ``[R, block]`` ones, so no chunking is needed.
+    ``block_fn``: a compiled block (called with the counter and key words as 0-dim tensors).
+    """
+    n_rows = weights.shape[0]
+    if rows is None:
+        rows = torch.arange(n_rows, dtype=torch.int64, device=weights.device)
+    if not n_rows:
+        return torch.empty(0, dtype=torch.int64, device=weights.device)
+    fn = block_fn or (inverse_cdf_logits_block if logits else inverse_cdf_block)
+    return fn(weights, rows, c2, c3, k0, k1)

@@ -35,10 +35,11 @@ from ...devices import PHILOX_STREAM, Backend
 from ...devices.cpu import CPUBackend
 from ...runtime.memory import MemoryEstimate, check_memory
 from ...runtime.meta import on_meta
+from ...runtime.philox import cdf_block_size
 from ..checkpoint import check_safetensors_header, weight_files
 from .call import random_stream
 from .config import URSATransformerConfig, VQConfig, decoder_torch_dtype
-from .sampling import DEVICE_CHUNK, HOST_CHUNK
+from .sampling import DEVICE_CHUNK, HOST_CHUNK, INVERSE_CDF
 from .tokenizer import prompt_list
 from .vae_fsq import FSQConfig
 
@@ -102,10 +103,21 @@ SCHEDULER_TEMPORARIES = 3  # batch x N x K buffers the scheduler step adds to th
 #: Peak bytes per Philox counter of one eager Gumbel-max block: seven int64 round buffers and the four
 #: stacked words (counted: 88), with a margin for the first round's and the output's small tensors.
 PHILOX_BLOCK_BYTES_PER_COUNTER = 96
+#: Bytes per (row, entry) of the inverse-CDF draw's small temporaries: the block sums, their cumulative
+#: sum and comparison, and the chosen block's copy, cumulative sum and comparison (float32, bool), with
+#: a margin.  Its one large temporary, the float32 softmax, is one of the scheduler's temporaries.
+INVERSE_CDF_BYTES_PER_ENTRY = 16
 
 
-def philox_block_bytes(rows: int, codebook_size: int, chunk: int) -> int:
-    """Peak temporaries of one eager Philox Gumbel-max block over ``rows x codebook_size`` scores."""
+def philox_block_bytes(rows: int, codebook_size: int, chunk: int, sampler: str = INVERSE_CDF) -> int:
+    """Peak temporaries of one eager Philox draw over ``rows x codebook_size`` scores beyond the scheduler's.
+
+    Gumbel-max: one block of ``chunk`` counters; inverse-CDF: ``[rows, K / block]`` and ``[rows, block]``
+    buffers (``chunk`` does not apply).
+    """
+    if sampler == INVERSE_CDF:
+        size = cdf_block_size(codebook_size)
+        return INVERSE_CDF_BYTES_PER_ENTRY * rows * (-(-codebook_size // size) + size)
     blocks = -(-codebook_size // 4)
     return PHILOX_BLOCK_BYTES_PER_COUNTER * min(rows * blocks, max(chunk, blocks))
 
@@ -257,11 +269,12 @@ def vae_decode_bytes(cfg: VQConfig | FSQConfig, latent_shape: tuple[int, int, in
 
 def activation_parts(tcfg: URSATransformerConfig, vcfg: VQConfig | FSQConfig, latent_shape: tuple[int, int, int],
                      batch: int, guided: bool, dtype: torch.dtype, text_len: int = 320,
-                     scores_materialised: bool = False, philox_chunk: int | None = None) -> dict[str, int]:
+                     scores_materialised: bool = False, philox_chunk: int | None = None,
+                     philox_sampler: str = INVERSE_CDF) -> dict[str, int]:
     """The terms of a call's estimate (bytes); ``denoise_peak`` and ``vae_decode_peak`` are the two phases.
 
-    ``philox_chunk``: the run draws from the Philox stream in blocks of this many counters (their
-    temporaries join the sampler's); None: the reference's stream.
+    ``philox_chunk``: the run draws from the Philox stream (``philox_sampler``; Gumbel-max in blocks of
+    this many counters), whose temporaries join the sampler's; None: the reference's stream.
     """
     rows = batch * (2 if guided else 1)
     n_img = math.prod(latent_shape)
@@ -270,7 +283,8 @@ def activation_parts(tcfg: URSATransformerConfig, vcfg: VQConfig | FSQConfig, la
     forward = transformer_forward_bytes(tcfg, rows, text_len + 1 + n_img, itemsize, scores_materialised)
     logits = rows * n_img * k * LOGITS_ITEMSIZE
     sampler = SCHEDULER_TEMPORARIES * batch * n_img * k * LOGITS_ITEMSIZE
-    blocks = {} if philox_chunk is None else {"philox_blocks": philox_block_bytes(batch * n_img, k, philox_chunk)}
+    blocks = {} if philox_chunk is None else {
+        "philox_blocks": philox_block_bytes(batch * n_img, k, philox_chunk, philox_sampler)}
     sampler += sum(blocks.values())
     dec_dtype = decoder_torch_dtype(vcfg.decoder_dtype, dtype)
     decode = vae_decode_bytes(vcfg, latent_shape, torch.empty(0, dtype=dec_dtype).element_size(), scores_materialised)
@@ -296,7 +310,8 @@ def call_estimate(pipe: LoadedPipeline, cfg: RunConfig, latent_shape: tuple[int,
     chunk = DEVICE_CHUNK if not pipe.backend.is_host else HOST_CHUNK
     parts = activation_parts(pipe.transformer.config, pipe.checkpoint.vae_config, latent_shape, batch,
                              cfg.guidance > 1, pipe.dtype, pipe.tokenizer.max_length,
-                             pipe.backend.attention_materialises_scores, chunk if philox else None)
+                             pipe.backend.attention_materialises_scores, chunk if philox else None,
+                             getattr(pipe, "philox_sampler", INVERSE_CDF))
     weights = sum(p.numel() * p.element_size() for p in pipe.transformer.parameters())
     parts["resident_transformer_weights"] = weights  # already allocated: not part of the need
     if pipe.transformer_device != pipe.device:  # offloaded by the previous call: it comes back first

@@ -16,14 +16,14 @@ operation order); the exact speed-ups below are on by default and each can be sw
                             device does not block the host (same numbers)
 
 The random stream is the backend's choice unless the run names one (``philox-rng``, see
-:mod:`.sampling`): every accelerator draws on the device from the portable Philox stream (Gumbel-max,
+:mod:`.sampling`): every accelerator draws on the device from the portable Philox stream (inverse-CDF,
 no host draw, no host sync - the same tokens for a seed on every device, not the reference's), the
 CPU keeps the reference's own stream; ``--fast philox-rng`` / ``--disable philox-rng`` pick either on
 any device (``--fast device-rng`` is the retired name of the first).
 Opt-in approximations (``cfg.fast``): ``unguided-tail`` - steps with t >= guidance_trunc run the
 conditional half only (u + (c - u) differs from c by an ulp, so a rare draw can flip).
 ``cfg.compile`` compiles the decoder layer (regional compile, see :mod:`difforge.devices.compile`),
-and on the Philox stream the Gumbel-max block too; it is exact within floating-point noise, not bit
+and on the Philox stream the sampler block too; it is exact within floating-point noise, not bit
 for bit.
 
 What validation asks of the family (teacher-forced steps, components, FLOPs, operator capture) is
@@ -35,7 +35,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -48,7 +47,7 @@ from ...config import RunConfig
 from ...devices import Backend, CompilePolicy, dtype_name
 from ...errors import InputError, SizeError
 from ...ops import select_ops
-from ...runtime.philox import BlockFn, gumbel_argmax_block
+from ...runtime.philox import BlockFn
 from ...runtime.progress import spinner, track
 from ...runtime.record import RunRecord
 from ...runtime.steps import StepTimer
@@ -72,7 +71,16 @@ from .config import decoder_torch_dtype
 from .loader import URSACheckpoint
 from .memory import check_call_memory
 from .rope import positions
-from .sampling import DEVICE_CHUNK, HOST_CHUNK, Draws, PhiloxDraws, random_codes
+from .sampling import (
+    DEVICE_CHUNK,
+    HOST_CHUNK,
+    INVERSE_CDF,
+    PHILOX_SAMPLERS,
+    Draws,
+    PhiloxDraws,
+    random_codes,
+    sampler_block,
+)
 from .scheduler import DFMScheduler
 from .tokenizer import PromptTokenizer, prompt_list
 from .transformer import URSATransformer, run_layer
@@ -110,7 +118,9 @@ class URSAPipeline:
         self.last_tokens: torch.Tensor | None = None  # (B, T, h, w) int64 on the CPU, from the latest call
         self.last_frames: np.ndarray | None = None  # (B, T, H, W, 3) uint8, from the latest call
         self.compile_policy: CompilePolicy | None = None  # set while the decoder layer is compiled
-        self.sampler_fn: BlockFn | None = None  # the compiled Gumbel-max block, while compiled (Philox stream)
+        #: the Philox stream's categorical sampler (sampling.INVERSE_CDF; GUMBEL_MAX for comparison, not a run switch)
+        self.philox_sampler = INVERSE_CDF
+        self.sampler_fns: dict[str, BlockFn | None] = {}  # compiled sampler blocks by sampler, while compiled
 
     # ------------------------------------------------------------------------------------ loading
     @classmethod
@@ -281,13 +291,13 @@ class URSAPipeline:
         """
         if not enabled:
             self.transformer.set_layer_fn(None)
-            self.compile_policy, self.sampler_fn = None, None
+            self.compile_policy, self.sampler_fns = None, {}
             return None
         if self.compile_policy is None:
             policy = self.backend.compile_policy()
             self.transformer.set_layer_fn(policy.compile(run_layer))
-            # the Philox stream's Gumbel-max block: ten rounds of int64 ops fused into one kernel
-            self.sampler_fn = policy.compile(partial(gumbel_argmax_block, inplace=False))
+            # the Philox stream's sampler block (softmax, uniforms, cumulative sums); compiled at first call
+            self.sampler_fns = {name: policy.compile(sampler_block(name)) for name in PHILOX_SAMPLERS}
             self.compile_policy = policy
         return self.compile_policy
 
@@ -333,11 +343,11 @@ class URSAPipeline:
         """The random stream of the call (always recorded: it decides which tokens a seed gives)."""
         why = "named by the run" if flags.stream_named else f"the {self.backend.name} backend's default"
         if flags.philox:
-            fused = " (Gumbel-max block compiled)" if self.sampler_fn is not None else ""
+            fused = " (sampler compiled)" if self.sampler_fns.get(self.philox_sampler) is not None else ""
             record.adapt("random stream", f"philox4x32-10 on {self.device.type}{fused}", detail=(
-                f"{why}; the portable stream: Gumbel-max on the device keyed by (seed, step, position), no host "
-                "draw or sync, the same tokens on every device up to near-tied logits - not the reference's CPU "
-                "stream ('--disable philox-rng' for that)"))
+                f"{why}; the portable stream: {self.philox_sampler} sampling on the device keyed by (seed, step, "
+                "position), no host draw or sync, the same tokens on every device up to near-boundary draws - not "
+                "the reference's CPU stream ('--disable philox-rng' for that)"))
         else:
             record.adapt("random stream", "reference: CPU torch.Generator, host draws", detail=(
                 f"{why}; the reference's own stream, its tokens bit for bit on the CPU in float32"
@@ -388,10 +398,11 @@ class URSAPipeline:
         dev = self.device
         batch, text_len = cond_ids.shape
         if flags.philox:  # keyed by the generator's seed: cfg.seed for difforge's call
-            fn = self.sampler_fn
+            fn = self.sampler_fns.get(self.philox_sampler)
             chunk = DEVICE_CHUNK if fn is not None or not self.backend.is_host else HOST_CHUNK
             # the host draws only the jumping rows (no device to sync with); compiled blocks keep static shapes
-            ph = PhiloxDraws(generator.initial_seed(), dev, chunk, fn, sparse=self.backend.is_host and fn is None)
+            ph = PhiloxDraws(generator.initial_seed(), dev, chunk, fn, sparse=self.backend.is_host and fn is None,
+                             sampler=self.philox_sampler)
             x = ph.codes((batch, math.prod(latent_shape)), self.scheduler.codebook_size)
             draws = Draws(philox=ph)
         else:

@@ -14,38 +14,74 @@ device is asynchronous.
 ``philox`` - the portable stream (:class:`PhiloxDraws`, :mod:`difforge.runtime.philox`), the default
 on every accelerator: Philox4x32-10 words computed on the run device from the counter
 ``(column block, row, step, draw)`` under the key ``seed``, so the same seed gives the same numbers on
-every backend, with no host draw, no host sync and static shapes.  Categorical sampling is Gumbel-max,
-``argmax(logits + G)`` (``argmax(log w + G)`` for weights), exact in distribution and with no softmax
-over the codebook; the jump step samples every row and keeps the jumping ones with ``torch.where``.
-The tokens are not the reference stream's, but they are the same on every device for a seed, up to
-logits that are tied within rounding.
+every backend, with no host draw, no host sync and static shapes.  Categorical sampling is inverse-CDF
+(:data:`INVERSE_CDF`, :func:`~difforge.runtime.philox.inverse_cdf`): two uniforms per token pick a
+block of the codebook, then a code in it, from float32 cumulative sums - ``softmax(logits)`` for x1,
+the rates themselves for the jump - exact in distribution with ``2*B*N`` words a draw instead of
+``B*N*K``.  The jump step samples every row and keeps the jumping ones with ``torch.where``.  The
+tokens are not the reference stream's; they are the same on every device for a seed up to
+near-boundary cases: a uniform that falls within float32 rounding of a cumulative-sum boundary, where
+another device's softmax or summation order (or a compiled kernel's) may land on the neighbouring code.
+:data:`GUMBEL_MAX` (``argmax(logits + G)``, one word per token and code, no softmax; near-tied logits
+are its boundary case) is kept as the other sampler, for comparison (``URSAPipeline.philox_sampler``);
+it is not a run switch, and it gives other tokens.
+
+Counters: every draw of a run has its own ``(step, draw)`` pair in counter words 2 and 3 - the initial
+codes ``(0, DRAW_INIT)``, and per step ``(i, DRAW_X1)``, ``(i, DRAW_JUMP_U)``, ``(i, DRAW_JUMP)`` - so no
+two draws share a word; inside a draw, words 0 and 1 are the column block and the row.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
 from ...runtime import philox
-from ...runtime.philox import BlockFn
+from ...runtime.philox import BlockFn, Word
 
 #: Philox counter word 3: which draw of a step (word 2 is the step; the initial codes are step 0's).
 DRAW_INIT, DRAW_X1, DRAW_JUMP_U, DRAW_JUMP = 0, 1, 2, 3
-#: Counters per eager Philox block (seven int64 buffers of this many words): small enough to stay in a
-#: CPU's cache, large enough that an accelerator's launches stay few.
+#: Counters per eager Gumbel-max block (seven int64 buffers of this many words): small enough to stay in
+#: a CPU's cache, large enough that an accelerator's launches stay few.
 HOST_CHUNK, DEVICE_CHUNK = 1 << 16, 1 << 22
+#: Words below which a grid's Philox rounds run functionally (fewer ops) rather than in place.
+SMALL_GRID = 1 << 16
+#: The Philox stream's categorical samplers: inverse-CDF (the default) and Gumbel-max (for comparison).
+INVERSE_CDF, GUMBEL_MAX = "inverse-cdf", "gumbel-max"
+PHILOX_SAMPLERS = (INVERSE_CDF, GUMBEL_MAX)
+
+
+def _inverse_cdf_fn(x: torch.Tensor, rows: torch.Tensor, c2: Word, c3: Word, k0: Word, k1: Word,
+                    logits: bool) -> torch.Tensor:
+    block = philox.inverse_cdf_logits_block if logits else philox.inverse_cdf_block
+    return block(x, rows, c2, c3, k0, k1, inplace=False)
+
+
+def _gumbel_max_fn(x: torch.Tensor, rows: torch.Tensor, c2: Word, c3: Word, k0: Word, k1: Word,
+                   logits: bool) -> torch.Tensor:
+    return philox.gumbel_argmax_block(x if logits else x.float().log(), rows, c2, c3, k0, k1, inplace=False)
+
+
+def sampler_block(sampler: str) -> BlockFn:
+    """The functional block of ``sampler``, what ``cfg.compile`` compiles: ``fn(x, rows, c2, c3, k0, k1, logits)``
+    draws one code per row of ``x`` (logits when ``logits``, else non-negative weights)."""
+    if sampler not in PHILOX_SAMPLERS:
+        raise ValueError(f"Unknown Philox sampler {sampler!r}; expected one of {', '.join(PHILOX_SAMPLERS)}.")
+    return _inverse_cdf_fn if sampler == INVERSE_CDF else _gumbel_max_fn
 
 
 @dataclass(frozen=True)
 class PhiloxDraws:
     """The portable stream of one run: every draw is a function of (seed, step, draw, position).
 
-    ``block_fn``: a compiled :func:`~difforge.runtime.philox.gumbel_argmax_block` (``cfg.compile``),
-    called with the counter and key words as 0-dim device tensors so steps and seeds reuse its graph.
-    ``sparse`` (the host, where reading a mask costs no device sync): the jump step draws the jumping
-    rows only - the same numbers, since a row's noise is addressed by its index; an accelerator draws
-    every row and keeps static shapes.
+    ``sampler``: :data:`INVERSE_CDF` (default) or :data:`GUMBEL_MAX`.  ``block_fn``: a compiled
+    :func:`sampler_block` of that sampler (``cfg.compile``), called with the counter and key words as
+    0-dim device tensors so steps and seeds reuse its graph.  ``chunk``: counters per eager Gumbel-max
+    block (the inverse-CDF draw needs no blocks).  ``sparse`` (the host, where reading a mask costs no
+    device sync): the jump step draws the jumping rows only - the same numbers, since a row's draw is
+    addressed by its index; an accelerator draws every row and keeps static shapes.
     """
 
     seed: int
@@ -53,15 +89,20 @@ class PhiloxDraws:
     chunk: int = HOST_CHUNK
     block_fn: BlockFn | None = None
     sparse: bool = False
+    sampler: str = INVERSE_CDF
+
+    def __post_init__(self) -> None:
+        sampler_block(self.sampler)  # refuse an unknown name here, not at the first draw
 
     @property
     def key(self) -> tuple[int, int]:
         return self.seed & philox.MASK32, (self.seed >> 32) & philox.MASK32
 
     def _grid(self, rows: int, cols: int, step: int, draw: int) -> torch.Tensor:
-        """Words ``[rows, cols]`` of counter ``(col // 4, row, step, draw)``."""
+        """Words ``[rows, cols]`` of counter ``(col // 4, row, step, draw)`` (in place only for large grids: on a
+        small one the ~200 ops' fixed cost dominates, and the functional form has fewer)."""
         index = torch.arange(rows, dtype=torch.int64, device=self.device)
-        return philox.grid_words(index, cols, step, draw, *self.key)
+        return philox.grid_words(index, cols, step, draw, *self.key, inplace=rows * cols >= SMALL_GRID)
 
     def codes(self, shape: tuple[int, int], codebook_size: int) -> torch.Tensor:
         """Uniform initial codes ``[B, N]`` in ``[0, codebook_size)`` (step 0's ``DRAW_INIT`` words)."""
@@ -72,27 +113,33 @@ class PhiloxDraws:
         return philox.uniform_from_words(self._grid(*shape, step, DRAW_JUMP_U))
 
     def categorical_logits(self, logits: torch.Tensor, step: int, draw: int) -> torch.Tensor:
-        """One code per row of softmax(``logits [..., K]``), sampled as ``argmax(logits + G)``: int64 ``logits.shape[:-1]``."""
-        rows = logits.flatten(0, -2)
-        return self._argmax(rows, step, draw).view(logits.shape[:-1])
+        """One code per row of softmax(``logits [..., K]``): int64 ``logits.shape[:-1]``; ``logits`` is not changed."""
+        return self._draw(logits.flatten(0, -2), step, draw, None, True).view(logits.shape[:-1])
 
     def categorical_weights(
         self, weights: torch.Tensor, step: int, draw: int, rows: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """One code per row of non-negative ``weights [..., K]`` as ``argmax(log w + G)``; ``weights`` is consumed.
+        """One code per row of non-negative ``weights [..., K]`` (zero weights never drawn); int64 ``weights.shape[:-1]``.
 
         ``rows``: the row numbers of ``weights``' rows when it holds a subset of them (default: all, in order).
-        A row of zeros has no code to draw: it gives some index, which the jump step discards.
+        A row of zeros has no code to draw: it gives some index, which the jump step discards.  The
+        inverse-CDF draw leaves ``weights`` as they are; the eager Gumbel-max draw overwrites float32
+        weights with their log.
         """
-        flat = weights.flatten(0, -2)
-        return self._argmax(flat.float().log_(), step, draw, rows).view(weights.shape[:-1])
+        return self._draw(weights.flatten(0, -2), step, draw, rows, False).view(weights.shape[:-1])
 
-    def _argmax(self, scores: torch.Tensor, step: int, draw: int, rows: torch.Tensor | None = None) -> torch.Tensor:
-        k0, k1 = self.key
-        if self.block_fn is None:
-            return philox.gumbel_argmax(scores, step, draw, k0, k1, chunk=self.chunk, rows=rows)
-        words = [torch.full((), v, dtype=torch.int64, device=self.device) for v in (step, draw, k0, k1)]
-        return philox.gumbel_argmax(scores, *words, chunk=DEVICE_CHUNK, block_fn=self.block_fn, rows=rows)
+    def _draw(self, x: torch.Tensor, step: int, draw: int, rows: torch.Tensor | None, logits: bool) -> torch.Tensor:
+        words: tuple[Word, ...] = (step, draw, *self.key)
+        fn = None
+        if self.block_fn is not None:
+            words = tuple(torch.full((), v, dtype=torch.int64, device=self.device) for v in words)
+            fn = partial(self.block_fn, logits=logits)
+        if self.sampler == INVERSE_CDF:
+            return philox.inverse_cdf(x, *words, block_fn=fn, rows=rows, logits=logits)
+        if fn is None:
+            scores = x if logits else x.float().log_()
+            return philox.gumbel_argmax(scores, *words, chunk=self.chunk, rows=rows)
+        return philox.gumbel_argmax(x, *words, chunk=DEVICE_CHUNK, block_fn=fn, rows=rows)
 
 
 @dataclass(frozen=True)

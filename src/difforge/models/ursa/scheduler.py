@@ -7,9 +7,10 @@ decides rounding - notably the distance buffer is written into the logits tensor
 takes the logits dtype) while the codebook terms stay float16.
 
 Every ``generator`` argument also takes a :class:`~.sampling.Draws` (pinned host draws, or the
-portable Philox stream).  On the Philox stream the same three draws are Gumbel-max samples and
-uniforms addressed by (step, draw, position), and the jump step samples every row and keeps the
-jumping ones with ``torch.where``: no data-dependent shape, no host sync.  The reference stream keeps
+portable Philox stream).  On the Philox stream the same three draws are inverse-CDF samples (x1 from
+``softmax(logits)`` in float32, the jump from the rates) and uniforms, all addressed by (step, draw,
+position), and the jump step samples every row and keeps the jumping ones with ``torch.where``: no
+data-dependent shape, no host sync.  The reference stream keeps
 the reference's ``categorical(v[jump])``, whose draw count - and therefore the rest of the CPU stream -
 depends on how many tokens jump, so that one host sync per step stays there.
 """
@@ -159,12 +160,13 @@ class DFMScheduler:
         return out
 
     def _philox_step(self, logits: torch.Tensor, i: int, num_steps: int, x: torch.Tensor, draws: Draws) -> torch.Tensor:
-        """:meth:`step` on the Philox stream: Gumbel-max on the logits (no softmax), and a jump step that draws
-        every row and keeps the jumping ones with ``torch.where`` (static shapes, no host sync) - on the host
-        (``sparse``) only the jumping rows, which are the same numbers."""
+        """:meth:`step` on the Philox stream: x1 drawn from the logits (inverse-CDF over their float32 softmax,
+        or Gumbel-max with no softmax), and a jump step that draws every row and keeps the jumping ones with
+        ``torch.where`` (static shapes, no host sync) - on the host (``sparse``) only the jumping rows, which
+        are the same numbers."""
         ph = draws.philox
         assert ph is not None
-        x1 = ph.categorical_logits(logits, i, DRAW_X1)  # no softmax: argmax(logits + G)
+        x1 = ph.categorical_logits(logits, i, DRAW_X1)  # the logits are left for rate() to overwrite
         if i == num_steps - 1:
             return x1
         t = self.t(i, num_steps)
