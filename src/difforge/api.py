@@ -48,6 +48,10 @@ def load_pipeline(
 
 
 def _run(cfg: RunConfig, task: str, images: list[Image.Image] | None) -> RunResult:
+    if cfg.parallel != "none":  # under torchrun, one rank of a --parallel run (docs/parallel.md)
+        from .runtime import parallel
+
+        return parallel.guarded(cfg.parallel, task, cfg.device, lambda group: _run_rank(cfg, task, images, group))
     engine.check_outputs(cfg)
     record = RunRecord(kind=task)
     with spinner(f"loading {cfg.model}", cfg.quiet):
@@ -55,9 +59,46 @@ def _run(cfg: RunConfig, task: str, images: list[Image.Image] | None) -> RunResu
     return _run_and_write(pipeline, cfg, images, record)
 
 
-def _run_and_write(pipeline: Any, cfg: RunConfig, images: list[Image.Image] | None, record: RunRecord) -> RunResult:
+def _check_parallel_task(cfg: RunConfig, task: str, batched: bool) -> None:
+    if cfg.parallel == "data" and not batched:
+        raise InputError("--parallel data shards a --prompt-file over the ranks; give --prompt-file (or call api.batch).")
+    if cfg.parallel == "cfg" and task != "edit":
+        raise InputError("--parallel cfg is built for Qwen-Image-Edit's true CFG (difforge edit); not for URSA yet.")
+
+
+def _load_rank(cfg: RunConfig, task: str, record: RunRecord, group: Any) -> Any:
+    """The pipeline on this rank's device (``group.backend``, from LOCAL_RANK)."""
+    with spinner(f"loading {cfg.model}", cfg.quiet):
+        return engine.load_pipeline(cfg.model, group.backend, group.backend.resolve_dtype(cfg.dtype), cfg=cfg,
+                                    record=record, task=task)
+
+
+def _rank_config(cfg: RunConfig, group: Any) -> RunConfig:
+    """Rank 0 writes a ``cfg`` run's outputs; the other rank writes nothing."""
+    return cfg if group.writes else dataclasses.replace(cfg, output=None, record=None, perf_dump=None)
+
+
+def _run_rank(cfg: RunConfig, task: str, images: list[Image.Image] | None, group: Any) -> RunResult:
+    """One ``--parallel`` run (``cfg`` mode: both ranks in step, rank 0 writes)."""
+    _check_parallel_task(cfg, task, batched=False)
+    engine.check_outputs(cfg)
+    cfg = _rank_config(cfg, group)
+    record = RunRecord(kind=task)
+    return _run_and_write(_load_rank(cfg, task, record, group), cfg, images, record, group)
+
+
+def _run_and_write(pipeline: Any, cfg: RunConfig, images: list[Image.Image] | None, record: RunRecord,
+                   group: Any = None) -> RunResult:
     """One call on a loaded pipeline, then the outputs it asked for: images, RunRecord, perf dump."""
     result = run_pipeline(pipeline, cfg, images=images, record=record)
+    if group is not None:  # a --parallel rank: the record says so; a failed run removes what it wrote
+        from .runtime import parallel
+
+        if group.mode == "cfg":
+            parallel.gather_cfg_ranks(group, record)
+        else:
+            record.extra["parallel"] = group.describe()
+        group.will_write(cfg.output, cfg.record, cfg.perf_dump)
     if cfg.output:
         result.paths = save_images(result.images, cfg.output, record)
     if cfg.record:
@@ -81,14 +122,33 @@ def _numbered(path: str | None, p: int, k: int) -> str | None:
     return str(target.with_name(f"{target.stem}_{p:03d}_{k:02d}{target.suffix}"))
 
 
-def batch(task: str, prompts: Sequence[str], model: str, num_images_per_prompt: int = 1,
-          images: Sequence[str] = (), **options: Any) -> list[RunResult]:
+def batch(task: str, prompts: Sequence[str] | None, model: str, num_images_per_prompt: int = 1,
+          images: Sequence[str] = (), prompt_file: str | Path | None = None, **options: Any) -> list[RunResult]:
     """Every prompt (``--prompt-file``) times ``num_images_per_prompt``, on one loaded pipeline.
 
     Image ``k`` of each prompt uses seed ``seed + k``, so any single image can be remade alone; output,
     record and perf-dump paths are numbered per prompt and image (``out_003_01.png``).  Every config and
     output path is checked before the model loads.  The runs are sequential calls, not one batched forward.
+    ``prompt_file`` (one prompt a line) may replace ``prompts``.  Under torchrun, ``parallel="data"``
+    gives rank ``r`` of ``N`` the prompts ``r, r + N, ...`` (same seeds and names as one process) and
+    rank 0 writes one combined ``record`` of every rank's runs; ``parallel="cfg"`` runs every prompt
+    with the two CFG branches on two ranks (docs/parallel.md).
     """
+    mode = options.get("parallel") or "none"
+    if mode != "none":
+        from .runtime import parallel
+
+        return parallel.guarded(mode, task, str(options.get("device", "auto")), lambda group: _batch(
+            task, prompts, model, num_images_per_prompt, images, prompt_file, group, **options))
+    return _batch(task, prompts, model, num_images_per_prompt, images, prompt_file, None, **options)
+
+
+def _batch(task: str, prompts: Sequence[str] | None, model: str, num_images_per_prompt: int,
+           images: Sequence[str], prompt_file: str | Path | None, group: Any, **options: Any) -> list[RunResult]:
+    if prompt_file is not None:
+        from .validate.inputs import read_prompts
+
+        prompts = read_prompts(Path(prompt_file), flag="--prompt-file")
     if task not in ("generate", "edit"):
         raise InputError(f"Unknown task '{task}'.")
     if not prompts:
@@ -107,15 +167,41 @@ def batch(task: str, prompts: Sequence[str], model: str, num_images_per_prompt: 
                           **{**options, **named})
             engine.check_outputs(cfg)
             cfgs.append(cfg)
+    if group is not None:  # --parallel: this rank's share (data: prompt p on rank p % N), on its device
+        from .runtime.parallel import combined_record, run_timings, shard
+
+        _check_parallel_task(cfgs[0], task, batched=True)
+        mine = [(i, _rank_config(cfg, group)) for i, cfg in enumerate(cfgs)
+                if shard(i // num_images_per_prompt, group)]
+    else:
+        mine = list(enumerate(cfgs))
     record = RunRecord(kind=task)
-    first = cfgs[0]
-    with spinner(f"loading {first.model}", first.quiet):
-        pipeline = load_pipeline(first.model, first.device, first.dtype, cfg=first, record=record, task=task)
-    results = []
-    for i, cfg in enumerate(cfgs):  # the load is timed once, in the first image's record
+    results: list[RunResult] = []
+    first = mine[0][1] if mine else None  # None: more ranks than prompts, this rank only joins the gather
+    if first is None:
+        pipeline = None
+    elif group is not None:
+        pipeline = _load_rank(first, task, record, group)
+    else:
+        with spinner(f"loading {first.model}", first.quiet):
+            pipeline = load_pipeline(first.model, first.device, first.dtype, cfg=first, record=record, task=task)
+    runs = []
+    for n, (i, cfg) in enumerate(mine):  # the load is timed once, in the first image's record
         rec = RunRecord(kind=task, backend=dict(record.backend), adaptations=list(record.adaptations),
-                        phases={"load": record.phases["load"]} if i == 0 and "load" in record.phases else {})
-        results.append(_run_and_write(pipeline, cfg, pictures, rec))
+                        phases={"load": record.phases["load"]} if n == 0 and "load" in record.phases else {})
+        results.append(_run_and_write(pipeline, cfg, pictures, rec, group))
+        if group is not None:
+            runs.append({"index": i, "rank": group.rank, "prompt_index": i // num_images_per_prompt,
+                         "image": i % num_images_per_prompt, "seed": cfg.seed, "outputs": list(rec.outputs),
+                         **run_timings(rec)})
+    if group is not None and group.mode == "data":
+        combined = combined_record(group, task, runs, {
+            "model": model, "prompts": len(prompts), "num_images_per_prompt": num_images_per_prompt, "seed": seed})
+        if combined is not None and options.get("record"):
+            if results:  # rank 0 always runs prompt 0: its backend and environment head the combined record
+                combined.backend, combined.environment = dict(results[0].record.backend), results[0].record.environment
+            group.will_write(options["record"])
+            combined.save(options["record"])
     return results
 
 

@@ -43,6 +43,8 @@ def friendly_errors(fn: F) -> F:
         except (typer.Exit, typer.Abort):
             raise
         except DifforgeError as exc:
+            if getattr(exc, "silent", False):  # --parallel: another rank failed and reports it
+                raise typer.Exit(exc.exit_code) from None
             _fail(str(exc), exc.exit_code)
         except KeyboardInterrupt as exc:  # Ctrl-C: 130; SIGTERM/SIGHUP (runtime.signals.Terminated): 143/129
             _fail("interrupted.", getattr(exc, "exit_code", 130))
@@ -102,6 +104,9 @@ PerPrompt = Annotated[int, typer.Option(
     "--num-images-per-prompt", "--num_images_per_prompt",
     help="Images per prompt (image k uses seed + k; outputs are numbered out_PPP_KK.png).")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print a machine-readable summary on stdout (nothing else).")]
+ParallelOpt = Annotated[str, typer.Option(
+    "--parallel", help="Under torchrun: none, data (--prompt-file sharded over the ranks) or cfg (true CFG's two "
+                       "branches on 2 ranks, edit only); see docs/parallel.md.")]
 
 
 def _config_file(ctx: typer.Context, value: Path | None) -> Path | None:
@@ -156,12 +161,18 @@ def _run_task(api: Any, task: str, prompt: str | None, prompt_file: Path | None,
         _fail("give the prompt with --prompt or a file of prompts with --prompt-file (one of them).", 2)
     if prompt_file is None and per_prompt == 1:
         result = api.generate(prompt, **options) if task == "generate" else api.edit(images, prompt, **options)
+        if options.get("parallel", "none") != "none" and not result.paths:  # --parallel cfg: rank 1 writes nothing
+            record_path = perf_path = None
         _report(result, record_path, quiet_flag or as_json, as_json, perf_path)
         return
     from .validate.inputs import read_prompts
 
-    prompts = [prompt] if prompt is not None else read_prompts(prompt_file, flag="--prompt-file")
-    results = api.batch(task, prompts, num_images_per_prompt=per_prompt, images=images, **options)
+    if options.get("parallel", "none") != "none" and prompt_file is not None:  # read on every rank, in the guard
+        prompts = None
+    else:
+        prompts = [prompt] if prompt is not None else read_prompts(prompt_file, flag="--prompt-file")
+    results = api.batch(task, prompts, num_images_per_prompt=per_prompt, images=images,
+                        **({"prompt_file": prompt_file} if prompts is None else {}), **options)
     if as_json:
         typer.echo(json.dumps([_summary(r, r.record.config.get("record"), r.record.config.get("perf_dump"))
                                for r in results]))
@@ -169,7 +180,8 @@ def _run_task(api: Any, task: str, prompt: str | None, prompt_file: Path | None,
     for r in results:
         _report(r, None, True)
     if not quiet_flag:
-        typer.echo(f"{len(results)} runs ({len(prompts)} prompt(s) x {per_prompt})", err=True)
+        given = f"{len(prompts)} prompt(s)" if prompts is not None else f"this rank's share of {prompt_file}"
+        typer.echo(f"{len(results)} runs ({given} x {per_prompt})", err=True)
 
 
 def _summary(result: Any, record_path: Any, perf_path: Any) -> dict[str, Any]:
@@ -236,6 +248,7 @@ def generate(
     prompt_file: PromptFile = None,
     num_images_per_prompt: PerPrompt = 1,
     as_json: AsJson = False,
+    parallel: ParallelOpt = "none",
     config: ConfigOpt = None,
     quiet: Quiet = False,
 ) -> None:
@@ -265,6 +278,7 @@ def generate(
         record=str(record) if record else None,
         perf_dump=str(perf_dump) if perf_dump else None,
         quiet=quiet or as_json,
+        parallel=parallel,
     )
 
 
@@ -301,6 +315,7 @@ def edit(
     prompt_file: PromptFile = None,
     num_images_per_prompt: PerPrompt = 1,
     as_json: AsJson = False,
+    parallel: ParallelOpt = "none",
     config: ConfigOpt = None,
     quiet: Quiet = False,
 ) -> None:
@@ -331,6 +346,7 @@ def edit(
         record=str(record) if record else None,
         perf_dump=str(perf_dump) if perf_dump else None,
         quiet=quiet or as_json,
+        parallel=parallel,
     )
 
 

@@ -20,6 +20,18 @@ MAX_SEED = 2**63 - 1
 #: Largest --guidance / --true-cfg.  Published recipes use 4 (Qwen-Image-Edit) to 7 (URSA); scales far
 #: beyond that overflow the guided logits into inf/NaN (1e300 crashes the sampler), so cap them here.
 MAX_GUIDANCE = 100.0
+#: ``--parallel`` modes (docs/parallel.md): none, data (a --prompt-file sharded over ranks), cfg (the two
+#: true-CFG branches on two ranks).  ``ulysses=N`` (sequence parallelism) is named but not built yet.
+PARALLEL_MODES = ("none", "data", "cfg")
+
+
+def check_parallel(mode: Any) -> None:
+    """``--parallel``: one of :data:`PARALLEL_MODES` (InputError otherwise; ``ulysses=N`` is not built yet)."""
+    if isinstance(mode, str) and mode in PARALLEL_MODES:
+        return
+    if isinstance(mode, str) and mode.partition("=")[0].strip() == "ulysses":
+        raise InputError("--parallel ulysses (sequence parallelism) is not built yet; use --parallel data or cfg.")
+    raise InputError(f"Unknown --parallel mode {mode!r}; use one of {', '.join(PARALLEL_MODES)}.")
 
 
 def check_text(value: Any, what: str) -> Any:
@@ -103,6 +115,8 @@ class RunConfig:
     record: str | None = None
     perf_dump: str | None = None  # SGLang-style per-stage / per-step timings (RunRecord.perf_dump)
     quiet: bool = False
+    #: ``--parallel`` mode under torchrun (:data:`PARALLEL_MODES`); "none" is the one-process run.
+    parallel: str = "none"
 
     def __post_init__(self) -> None:
         self.validate()
@@ -129,6 +143,7 @@ class RunConfig:
             )
         if self.offload not in OFFLOAD_PLANS:
             raise InputError(f"Unknown --offload plan '{self.offload}'; use one of {', '.join(OFFLOAD_PLANS)}.")
+        check_parallel(self.parallel)
         check_text(self.prompt, "The prompt")
         if self.negative_prompt is not None:
             check_text(self.negative_prompt, "The negative prompt")
@@ -137,8 +152,8 @@ class RunConfig:
         return asdict(self)
 
     def fingerprint(self) -> str:
-        """Hash of every field that changes the pixels (not output paths or verbosity)."""
-        data = {k: v for k, v in self.to_dict().items() if k not in ("output", "record", "quiet")}
+        """Hash of every field that changes the pixels (not output paths, verbosity or the ``--parallel`` layout)."""
+        data = {k: v for k, v in self.to_dict().items() if k not in ("output", "record", "quiet", "parallel")}
         return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

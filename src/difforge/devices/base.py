@@ -152,6 +152,9 @@ class Backend(ABC):
     visible_devices_env: ClassVar[str | None] = None
     #: Other variables that change how a run on this device behaves without being presets.
     extra_env_vars: ClassVar[tuple[str, ...]] = ()
+    #: The torch.distributed process-group backend for ``--parallel`` runs on this device (hccl on the
+    #: NPU, nccl on CUDA, gloo everywhere else); :mod:`difforge.runtime.parallel` asks, and records it.
+    dist_backend: ClassVar[str] = "gloo"
 
     # ---- presence -------------------------------------------------------------------------
     @classmethod
@@ -169,6 +172,13 @@ class Backend(ABC):
             return int(accelerator.device_count())
         count = getattr(cls._module(), "device_count", None)
         return int(count()) if count is not None else 1
+
+    @classmethod
+    def rank_index(cls, local_rank: int) -> int | None:
+        """The device index of a ``--parallel`` rank: ``LOCAL_RANK`` modulo the devices of this kind where
+        there are several, None (the one device) where there is one (the CPU: every rank on ``cpu``)."""
+        count = cls.device_count()
+        return local_rank % count if count > 1 else None
 
     @property
     def device(self) -> torch.device:

@@ -14,6 +14,7 @@ class CUDABackend(Backend):
     pinned_host_copies: ClassVar[bool] = True
     fused_ops: ClassVar[frozenset[str]] = frozenset({"attention"})  # SDPA flash / cuDNN / efficient
     visible_devices_env: ClassVar[str | None] = "CUDA_VISIBLE_DEVICES"
+    dist_backend: ClassVar[str] = "nccl"
 
     @classmethod
     def is_available(cls) -> bool:

@@ -109,6 +109,7 @@ class NPUBackend(Backend):
     visible_devices_env: ClassVar[str | None] = "ASCEND_RT_VISIBLE_DEVICES"
     #: HCCL's collective expansion: only multi-NPU collectives read it, recorded in case a user set it.
     extra_env_vars: ClassVar[tuple[str, ...]] = ("HCCL_OP_EXPANSION_MODE",)
+    dist_backend: ClassVar[str] = "hccl"
 
     # ---- kernels ------------------------------------------------------------------------------------
     def fused_kernel(self, op: str) -> Any | None:

@@ -205,9 +205,12 @@ def combine_cfg(cond: Tensor, uncond: Tensor, true_cfg: float) -> Tensor:
 class Denoiser:
     """The transformer side of one denoising step: conditional/unconditional calls and the combine."""
 
-    def __init__(self, transformer: torch.nn.Module, batched_cfg: bool = True) -> None:
+    def __init__(self, transformer: torch.nn.Module, batched_cfg: bool = True, split: Any = None) -> None:
         self.transformer = transformer
         self.batched_cfg = batched_cfg
+        #: ``--parallel cfg``: the group (``.rank``, ``.all_gather``) whose rank 0 runs the conditional
+        #: branch and rank 1 the unconditional; one gather per step, the same combine on both ranks.
+        self.split = split
 
     def _call(self, hidden: Tensor, timestep: Tensor, embeds: Tensor, mask: Tensor | None,
               img_shapes: list, attention_kwargs: dict[str, Any]) -> Tensor:
@@ -228,7 +231,7 @@ class Denoiser:
         return p._batch
 
     def forwards_per_step(self, p: Prepared) -> int:
-        return 1 if (not p.do_cfg or self.batched_cfg) else 2
+        return 1 if (not p.do_cfg or self.batched_cfg or self.split is not None) else 2
 
     def velocity(self, p: Prepared, latents: Tensor, t: Tensor, true_cfg: float) -> Tensor:
         """The (true-CFG combined, norm-rescaled) velocity at timestep ``t`` - what the scheduler steps with."""
@@ -245,6 +248,13 @@ class Denoiser:
             return combine_cfg(cond, uncond, true_cfg)
         model_input = torch.cat([latents, p.image_latents], dim=1)
         timestep = t.expand(latents.shape[0]).to(latents.dtype) / 1000
+        if p.do_cfg and self.split is not None:  # this rank's branch, then both branches on both ranks
+            branch = "cond" if self.split.rank == 0 else "uncond"
+            embeds, mask = (p.prompt_embeds, p.prompt_mask) if branch == "cond" else (p.negative_embeds, p.negative_mask)
+            with transformer.cache_context(branch):
+                mine = self._call(model_input, timestep, embeds, mask, p.img_shapes, {})[:, :n]
+            cond, uncond = self.split.all_gather(mine)
+            return combine_cfg(cond, uncond, true_cfg)
         with transformer.cache_context("cond"):
             cond = self._call(model_input, timestep, p.prompt_embeds, p.prompt_mask, p.img_shapes, {})[:, :n]
         if not p.do_cfg:

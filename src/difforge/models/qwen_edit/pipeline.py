@@ -296,14 +296,25 @@ class QwenEditPipeline:
         return schedule(self.pipe.scheduler, prepared.noise.shape[1], steps, self.device)
 
     def denoiser(self, cfg: RunConfig) -> Denoiser:
-        """This run's denoiser: batched CFG unless the run switched it off."""
-        return Denoiser(self.pipe.transformer, batched_cfg=SpeedOptions.from_config(cfg).batched_cfg)
+        """This run's denoiser: batched CFG unless the run switched it off (``--parallel cfg``: split over 2 ranks)."""
+        split = None
+        if cfg.parallel == "cfg":
+            from ...runtime.parallel import cfg_split
+
+            split = cfg_split()
+        return Denoiser(self.pipe.transformer, batched_cfg=SpeedOptions.from_config(cfg).batched_cfg, split=split)
 
     def _denoise(
         self, cfg: RunConfig, p: Prepared, steps: int, record: RunRecord, step_hook: StepHook | None
     ) -> Tensor:
         timesteps = self._timesteps(p, steps)
         denoiser = self.denoiser(cfg)
+        if denoiser.split is not None:
+            if not p.do_cfg:
+                raise InputError("--parallel cfg splits true CFG's two branches over two ranks; this run has no CFG "
+                                 "(--true-cfg must be above 1).")
+            record.adapt("true CFG", f"cfg-parallel: conditional on rank 0, unconditional on rank 1 "
+                         f"({denoiser.split.dist_backend}, one all-gather per step)")
         timer = StepTimer(self.backend)
 
         def on_step(i: int, latents: Tensor, t: Tensor, velocity: Tensor, stepped: Tensor) -> None:

@@ -1,0 +1,399 @@
+"""``--parallel`` runs over torch.distributed: rank info, the process group, record gathering, the failure protocol.
+
+difforge never launches processes: ``torchrun`` does (one node or several) and sets ``WORLD_SIZE``,
+``RANK``, ``LOCAL_RANK``, ``MASTER_ADDR``/``MASTER_PORT``.  Each rank parses the same options, takes
+its device from ``LOCAL_RANK`` (:meth:`Backend.rank_index`) and opens the process group with the
+backend's :attr:`~difforge.devices.Backend.dist_backend` (hccl on the NPU, nccl on CUDA, gloo on the
+CPU and elsewhere), which the records name.
+
+The failure protocol (no rank ever waits for a rank that has given up)
+----------------------------------------------------------------------
+Every synchronisation point of a run starts with the same one-number collective, the *status
+header* (:meth:`Group.check`): each rank contributes 0, or the exit code it is failing with.  A rank
+whose work raises goes straight to one last header with its code (:func:`guarded`); whatever header
+its peers are waiting in - the next CFG step's, the record gather's, the final one - matches it, so
+they learn of the failure there.  Then every rank removes the files it wrote in this run (so a failed
+run leaves no partial output) and meets the others once more (:meth:`Group.cleaned`, so no rank exits
+- and torchrun stops the rest - while a peer is still cleaning up); the lowest failing rank reports
+its one line, the others exit with the same code silently (:class:`PeerFailed`).  Payload collectives (a CFG step's noise prediction, the records) only follow a
+header that said "all well", with nothing that can fail in between.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..errors import DifforgeError, InputError
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..devices import Backend
+    from .record import RunRecord
+
+T = TypeVar("T")
+
+#: What torchrun sets; without ``WORLD_SIZE`` the process was not launched by it.
+LAUNCH_ENV = ("WORLD_SIZE", "RANK", "LOCAL_RANK")
+
+
+class PeerFailed(DifforgeError):
+    """Another rank failed and reports it; this rank exits with the same code and says nothing."""
+
+    silent = True
+
+    def __init__(self, exit_code: int, rank: int | None = None) -> None:
+        super().__init__(f"rank {rank} failed" if rank is not None else "another rank failed")
+        self.exit_code = exit_code
+
+
+class RankFailed(DifforgeError):
+    """An unexpected exception on a rank, as the one line the lowest failing rank prints."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """Where this process sits in a torchrun launch."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+
+
+def launched() -> RankInfo | None:
+    """This process's place in a torchrun launch, or None when not launched by torchrun (no ``WORLD_SIZE``)."""
+    if "WORLD_SIZE" not in os.environ:
+        return None
+    try:
+        world = int(os.environ["WORLD_SIZE"])
+        rank = int(os.environ.get("RANK", "0"))
+        local = int(os.environ.get("LOCAL_RANK", str(rank)))
+    except ValueError:
+        raise InputError("WORLD_SIZE, RANK and LOCAL_RANK must be whole numbers (torchrun sets them).") from None
+    if world < 1 or not 0 <= rank < world or local < 0:
+        raise InputError(f"RANK {rank} / WORLD_SIZE {world} do not describe a torchrun launch.")
+    return RankInfo(rank, world, local)
+
+
+def launch_hint(mode: str, task: str) -> str:
+    ranks = 2 if mode == "cfg" else "N"
+    return f"torchrun --nproc-per-node {ranks} -m difforge {task} --parallel {mode} ..."
+
+
+def require_launch(mode: str, task: str) -> RankInfo:
+    """The rank info, or the one-line refusal naming the torchrun command (InputError, exit 2)."""
+    info = launched()
+    if info is None:
+        raise InputError(f"--parallel {mode} runs one process per rank under torchrun; start it with "
+                         f"'{launch_hint(mode, task)}'.")
+    if mode == "cfg" and info.world_size != 2:
+        raise InputError(f"--parallel cfg runs the two CFG branches on exactly 2 ranks; this launch has "
+                         f"{info.world_size} ('torchrun --nproc-per-node 2 ...').")
+    return info
+
+
+@dataclass
+class Group:
+    """One ``--parallel`` run's process group and the files this rank wrote in it."""
+
+    mode: str
+    info: RankInfo
+    backend: Backend
+    settled: bool = False  # a header reported a failure: only the clean-up barrier may follow
+    broken: bool = False  # a collective itself failed (a peer died): none may follow
+    _written: dict[Path, tuple[int, int] | None] = field(default_factory=dict)
+    _started: float = field(default_factory=time.perf_counter)
+
+    @property
+    def rank(self) -> int:
+        return self.info.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.info.world_size
+
+    @property
+    def dist_backend(self) -> str:
+        return self.backend.dist_backend
+
+    @property
+    def writes(self) -> bool:
+        """Whether this rank writes its outputs: every rank in ``data`` mode, rank 0 only in ``cfg`` mode."""
+        return self.mode == "data" or self.rank == 0
+
+    def _comm_device(self) -> torch.device:
+        import torch
+
+        return torch.device("cpu") if self.dist_backend == "gloo" else self.backend.device
+
+    # ---- collectives -----------------------------------------------------------------------------
+    def _header(self, status: int) -> list[int]:
+        import torch
+        import torch.distributed as dist
+
+        mine = torch.tensor([int(status)], dtype=torch.int64, device=self._comm_device())
+        every = [torch.empty_like(mine) for _ in range(self.world_size)]
+        dist.all_gather(every, mine)
+        return [int(t.item()) for t in every]
+
+    def check(self) -> None:
+        """The status header with "all well": returns when every rank says so, raises PeerFailed otherwise."""
+        if self.settled:
+            raise PeerFailed(1)
+        statuses = self._header(0)
+        failed = [(r, s) for r, s in enumerate(statuses) if s]
+        if failed:
+            self.settled = True
+            raise PeerFailed(failed[0][1], failed[0][0])
+
+    def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
+        """Every rank's ``tensor`` (same shape and dtype on each), after a status header."""
+        import torch.distributed as dist
+
+        self.check()
+        local = tensor.contiguous()
+        moved = local.to(self._comm_device())
+        every = [moved.new_empty(moved.shape) for _ in range(self.world_size)]
+        dist.all_gather(every, moved)
+        return [t.to(local.device) for t in every]
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        """Every rank's picklable ``obj``, after a status header."""
+        import torch.distributed as dist
+
+        self.check()
+        every: list[Any] = [None] * self.world_size
+        dist.all_gather_object(every, obj)
+        return every
+
+    def fail(self, code: int) -> list[int] | None:
+        """This rank's last header, with its exit code; every rank's status, or None if the group is gone."""
+        if self.settled:
+            return None
+        self.settled = True
+        try:
+            return self._header(code)
+        except Exception:  # noqa: BLE001 - a peer that died took the group with it: nothing left to tell
+            self.broken = True
+            return None
+
+    def cleaned(self) -> None:
+        """After a failure, wait until every rank has removed its files, so none exits (and torchrun stops
+        the others) while a peer is still cleaning up."""
+        if not self.broken:
+            try:
+                self._header(0)
+            except Exception:  # noqa: BLE001 - the group is gone: nothing to wait for
+                self.broken = True
+
+    # ---- outputs ------------------------------------------------------------------------------------
+    def will_write(self, *paths: str | Path | None) -> None:
+        """Note files this rank is about to write, so a failed run removes them (a file that was there and
+        is left untouched stays)."""
+        for p in paths:
+            if p:
+                path = Path(p)
+                if path not in self._written:
+                    self._written[path] = _stamp(path)
+
+    def remove_written(self) -> None:
+        for path, before in self._written.items():
+            if path.exists() and _stamp(path) != before:
+                with suppress(OSError):
+                    path.unlink()
+
+    def describe(self) -> dict[str, Any]:
+        """What a record says about this rank's part in the run."""
+        return {"mode": self.mode, "world_size": self.world_size, "dist_backend": self.dist_backend,
+                "rank": self.rank, "local_rank": self.info.local_rank, "host": socket.gethostname(),
+                "device": str(self.backend)}
+
+    def close(self) -> None:
+        global _ACTIVE
+        import torch.distributed as dist
+
+        if _ACTIVE is self:
+            _ACTIVE = None
+        if dist.is_initialized():
+            with suppress(Exception):
+                dist.destroy_process_group()
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
+_ACTIVE: Group | None = None
+
+
+def active() -> Group | None:
+    """The process group of the ``--parallel`` run in progress in this process, if any."""
+    return _ACTIVE
+
+
+def cfg_split() -> Group:
+    """The group a ``--parallel cfg`` denoise loop splits its two branches over (rank 0 conditional)."""
+    group = _ACTIVE
+    if group is None or group.mode != "cfg":
+        raise InputError("--parallel cfg runs under torchrun through difforge generate/edit (or api.edit/api.batch).")
+    return group
+
+
+def rank_backend(spec: str, info: RankInfo) -> Backend:
+    """This rank's backend: ``--device`` without an index, indexed by ``LOCAL_RANK`` where there are several."""
+    from ..devices import get_backend
+
+    backend = get_backend(spec)
+    if backend.index is not None:
+        raise InputError(f"--parallel picks each rank's device from LOCAL_RANK; give --device {backend.name}, "
+                         f"not {spec}.")
+    index = type(backend).rank_index(info.local_rank)
+    return backend if index is None else get_backend(f"{backend.name}:{index}")
+
+
+def _start(mode: str, backend: Backend, info: RankInfo) -> Group:
+    global _ACTIVE
+    import torch.distributed as dist
+
+    kwargs: dict[str, Any] = {}
+    if backend.dist_backend != "gloo" and backend.index is not None:
+        kwargs["device_id"] = backend.device  # nccl/hccl: bind the rank's device to its group
+    try:
+        dist.init_process_group(backend.dist_backend, rank=info.rank, world_size=info.world_size, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - one sentence, whatever the rendezvous says
+        msg = " ".join(str(exc).split())[:200]
+        raise RankFailed(f"could not open the {backend.dist_backend} process group (rank {info.rank} of "
+                         f"{info.world_size}): {msg}") from None
+    group = Group(mode, info, backend)
+    _ACTIVE = group
+    return group
+
+
+def _exit_code(exc: BaseException) -> int:
+    if isinstance(exc, DifforgeError):
+        return int(exc.exit_code)
+    if isinstance(exc, KeyboardInterrupt):
+        return int(getattr(exc, "exit_code", 130))
+    return 1
+
+
+def _reported(exc: BaseException, rank: int) -> BaseException:
+    """The exception the lowest failing rank raises: its message prefixed with the rank."""
+    if isinstance(exc, DifforgeError):
+        exc.message = f"rank {rank}: {exc.message}"
+        return exc
+    if isinstance(exc, Exception) and not os.environ.get("DIFFORGE_DEBUG"):
+        msg = " ".join(str(exc).split())[:300]
+        return RankFailed(f"rank {rank}: unexpected {exc.__class__.__name__}: {msg} "
+                          "(set DIFFORGE_DEBUG=1 for the traceback)")
+    return exc
+
+
+def guarded(mode: str, task: str, device: str, work: Callable[[Group], T]) -> T:
+    """Run ``work(group)`` on this rank of a ``--parallel`` run under the failure protocol (module docstring).
+
+    Errors before the group exists (a bad option, no torchrun, a missing device) are the same on every
+    rank: rank 0 reports them, the others exit with the same code silently.
+    """
+    from ..config import check_parallel
+
+    check_parallel(mode)
+    info = require_launch(mode, task)
+    try:
+        group = _start(mode, rank_backend(device, info), info)
+    except DifforgeError as exc:
+        if info.rank == 0:
+            raise
+        raise PeerFailed(exc.exit_code, 0) from None
+    try:
+        result = work(group)
+        group.check()  # the last header: every rank finished (and rank 0 wrote the combined record)
+    except BaseException as exc:
+        code = _exit_code(exc)
+        statuses = group.fail(code) if not isinstance(exc, PeerFailed) else None
+        group.remove_written()
+        group.cleaned()
+        group.close()
+        if isinstance(exc, PeerFailed):
+            raise
+        first = next((r for r, s in enumerate(statuses or []) if s), group.rank)
+        if first != group.rank:
+            raise PeerFailed(statuses[first] if statuses else code, first) from None
+        reported = _reported(exc, group.rank)
+        if reported is exc:
+            raise
+        raise reported from None
+    group.close()
+    return result
+
+
+# ---- records ---------------------------------------------------------------------------------------
+def run_timings(record: RunRecord) -> dict[str, Any]:
+    """One run's phase and step times and device peak, as the parallel records list them per rank."""
+    return {"phases_s": {k: round(v.wall_s, 6) for k, v in record.phases.items()},
+            "peak_device_bytes": max((p.peak_device_bytes for p in record.phases.values()
+                                      if p.peak_device_bytes is not None), default=None),
+            "step_times_s": list(record.step_times_s)}
+
+
+def rank_entry(group: Group, record: RunRecord) -> dict[str, Any]:
+    """This rank (mode, backend, host, device) and its timings of one run."""
+    return {**group.describe(), **run_timings(record)}
+
+
+def gather_cfg_ranks(group: Group, record: RunRecord) -> None:
+    """``cfg`` mode, after each run: rank 0's record gets both ranks' timings (``extra["parallel"]``)."""
+    every = group.all_gather_object(rank_entry(group, record))
+    record.extra["parallel"] = {"mode": group.mode, "world_size": group.world_size,
+                                "dist_backend": group.dist_backend, "ranks": every}
+
+
+def combined_record(group: Group, task: str, runs: list[dict[str, Any]], config: dict[str, Any]) -> RunRecord | None:
+    """``data`` mode, at the end: every rank's runs gathered; rank 0 gets the one combined RunRecord.
+
+    ``runs``: this rank's, each ``{"index", "rank", "outputs", **run_timings}``.  The combined record
+    lists every output in prompt order, one phase per rank (its wall time from the group's start) and,
+    in ``extra["parallel"]``, the process-group backend and every rank's runs with their timings.
+    """
+    from .record import PhaseStat, RunRecord
+
+    every = group.all_gather_object({"rank": group.rank, "describe": group.describe(), "runs": runs,
+                                     "wall_s": time.perf_counter() - group._started})
+    if group.rank != 0:
+        return None
+    rec = RunRecord(kind=task)
+    rec.config = {**config, "parallel": group.mode, "runs": sum(len(r["runs"]) for r in every)}
+    ordered = sorted((run for r in every for run in r["runs"]), key=lambda run: run["index"])
+    for run in ordered:
+        rec.outputs.extend(run.pop("outputs", []))
+    for r in every:
+        peaks = [run.get("peak_device_bytes") for run in r["runs"] if run.get("peak_device_bytes") is not None]
+        rec.phases[f"rank{r['rank']}"] = PhaseStat(f"rank{r['rank']}", r["wall_s"], max(peaks, default=None), 0)
+    rec.extra["parallel"] = {"mode": group.mode, "world_size": group.world_size,
+                             "dist_backend": group.dist_backend,
+                             "ranks": [{**r["describe"], "wall_s": round(r["wall_s"], 6),
+                                        "runs": [run for run in ordered if run["rank"] == r["rank"]]}
+                                       for r in every]}
+    return rec
+
+
+def shard(prompt_index: int, group: Group | None) -> bool:
+    """Whether this rank runs prompt ``prompt_index``: rank ``p % world_size`` in ``data`` mode (a fixed
+    shard, so seeds and output names are those of one process); every rank otherwise (``cfg``: both
+    ranks run every prompt in step)."""
+    return group is None or group.mode != "data" or prompt_index % group.world_size == group.rank

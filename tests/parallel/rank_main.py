@@ -1,0 +1,96 @@
+"""What each rank of the parallel tests runs: ``difforge.cli.main``, with two test-only hooks.
+
+Read here only, never by difforge: ``DIFFORGE_TEST_FAIL_RANK=R`` makes rank R's URSA decode and
+Qwen-Edit transformer call raise (a failing rank); ``DIFFORGE_TEST_LATENTS=PATH`` saves the final
+Qwen-Edit latents of each run to ``PATH.rank<R>`` (so a test compares them with one process's);
+``DIFFORGE_TEST_REFERENCE=PATH``: after a successful run, rank 0 runs the same edit once more on the
+pipeline it loaded, as a one-process run (``--parallel none``: batched CFG, no group), and saves its
+final latents to ``PATH`` - the single-process reference without a third model load.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def _install_hooks() -> None:
+    rank = os.environ.get("RANK", "0")
+    if os.environ.get("DIFFORGE_TEST_FAIL_RANK") == rank:
+        from difforge.models.qwen_edit import loop
+        from difforge.models.ursa.pipeline import URSAPipeline
+
+        def broken(*args: object, **kwargs: object) -> None:
+            raise RuntimeError(f"injected failure on rank {rank}")
+
+        URSAPipeline.decode = broken  # type: ignore[method-assign]
+        loop.Denoiser._call = broken  # type: ignore[method-assign]
+    latents = os.environ.get("DIFFORGE_TEST_LATENTS")
+    if latents:
+        import torch
+
+        from difforge.models.qwen_edit.pipeline import QwenEditPipeline
+
+        decode = QwenEditPipeline.decode
+
+        def saving(self, lat, height, width):  # noqa: ANN001, ANN202
+            target = os.environ.get("DIFFORGE_TEST_LATENTS")  # emptied for the reference run
+            if target:
+                torch.save(lat.detach().cpu().clone(), f"{target}.rank{rank}")
+            return decode(self, lat, height, width)
+
+        QwenEditPipeline.decode = saving  # type: ignore[method-assign]
+
+
+def _reference(path: str) -> None:
+    import dataclasses
+
+    import torch
+
+    from difforge import engine
+
+    pipeline, cfg, images = _LOADED["pipeline"], _LOADED["cfg"], _LOADED["images"]
+    seen: list[torch.Tensor] = []
+    decode = type(pipeline).decode
+    type(pipeline).decode = lambda self, lat, h, w: (seen.append(lat.detach().cpu().clone()), decode(self, lat, h, w))[1]
+    os.environ["DIFFORGE_TEST_LATENTS"] = ""
+    one = dataclasses.replace(cfg, parallel="none", output=None, record=None, perf_dump=None)
+    engine.run_pipeline(pipeline, one, images=images)
+    torch.save(seen[-1], path)
+
+
+_LOADED: dict[str, object] = {}
+
+
+def _remember_loads() -> None:
+    from difforge import engine
+
+    load, run = engine.load_pipeline, engine.run_pipeline
+
+    def remembering_load(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        _LOADED["pipeline"] = load(*args, **kwargs)
+        return _LOADED["pipeline"]
+
+    def remembering_run(pipeline, cfg, images=None, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        _LOADED.update(cfg=cfg, images=images)
+        return run(pipeline, cfg, images=images, **kwargs)
+
+    engine.load_pipeline = remembering_load
+    import difforge.api as api
+
+    api.run_pipeline = remembering_run
+
+
+if __name__ == "__main__":
+    _install_hooks()
+    reference = os.environ.get("DIFFORGE_TEST_REFERENCE")
+    if reference:
+        _remember_loads()
+    from difforge.cli import main
+
+    try:
+        main()
+    except SystemExit as done:
+        if done.code not in (0, None):
+            raise
+    if reference and os.environ.get("RANK") == "0":
+        _reference(reference)

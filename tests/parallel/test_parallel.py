@@ -1,0 +1,239 @@
+"""``--parallel`` over torch.distributed: real 2-process gloo runs on the CPU, on the tiny models.
+
+* data: a prompt file sharded over 2 ranks (launched by torchrun) writes byte-identical images to one
+  process's sequential batch, and rank 0 writes one combined record of both ranks' runs;
+* cfg: Qwen-Image-Edit's two true-CFG branches on 2 ranks end in the same latents as one process's
+  batched-CFG run within the tolerance batched CFG itself is held to (1e-5, ``test_perf_exact.py``);
+* a failing rank ends both processes with one line (exit 1; 2 for bad input) and no output file;
+* without torchrun, ``--parallel`` is refused with one line naming the torchrun command.
+
+The ranks run ``tests/parallel/rank_main.py`` (``difforge.cli.main`` plus test-only hooks).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from typer.testing import CliRunner
+
+from difforge import api
+from difforge.cli import app
+from difforge.config import RunConfig
+from difforge.devices import CPUBackend, CUDABackend, NPUBackend
+from difforge.errors import InputError
+from difforge.runtime import parallel
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT_S = 150
+URSA = ["generate", "--model", "tiny-ursa", "--steps", "2", "--height", "64", "--width", "64", "--device", "cpu", "-q"]
+QWEN_STEPS = 2
+EXACT_TOL = 1e-5  # batched CFG vs two calls (tests/models/qwen_edit/test_perf_exact.py)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _env(**more: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), MASTER_ADDR="127.0.0.1", **more)
+    return env
+
+
+def _launch(args: list[str], tmp: Path, world: int = 2, **env: str) -> list[tuple[int, str, str]]:
+    """Start ``world`` ranks the way torchrun does (its environment variables) and wait for all of them."""
+    port = str(_free_port())
+    procs = []
+    for rank in range(world):
+        out, err = open(tmp / f"rank{rank}.out", "w+"), open(tmp / f"rank{rank}.err", "w+")  # noqa: SIM115
+        rank_env = _env(WORLD_SIZE=str(world), RANK=str(rank), LOCAL_RANK=str(rank), MASTER_PORT=port, **env)
+        procs.append((subprocess.Popen([sys.executable, "-m", "tests.parallel.rank_main", *args], cwd=tmp,
+                                       env=rank_env, stdout=out, stderr=err), out, err))
+    deadline = time.monotonic() + TIMEOUT_S
+    results = []
+    try:
+        for proc, out, err in procs:
+            code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+            out.seek(0)
+            err.seek(0)
+            results.append((code, out.read(), err.read()))
+    finally:
+        for proc, out, err in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            out.close()
+            err.close()
+    return results
+
+
+def _error_lines(results: list[tuple[int, str, str]]) -> list[str]:
+    return [line for _, _, err in results for line in err.splitlines() if line.startswith("difforge: error:")]
+
+
+def _torchrun() -> list[str]:
+    exe = Path(sys.executable).with_name("torchrun")
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "torch.distributed.run"]
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.rglob("*") if p.is_file()) if folder.exists() else []
+
+
+# ---- data ---------------------------------------------------------------------------------------
+def test_data_parallel_equals_sequential(tmp_path: Path) -> None:
+    """4 prompts over 2 ranks under torchrun: the same bytes as one process, one combined record."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("a red circle\na blue square\na green triangle\na yellow star\n", encoding="utf-8")
+    start = time.perf_counter()
+    proc = subprocess.run([*_torchrun(), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+                           "--master-port", str(_free_port()), "-m", "tests.parallel.rank_main", *URSA,
+                           "--prompt-file", str(prompts), "--parallel", "data", "-o", "par/p.png",
+                           "--record", "par/run.json"],
+                          cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
+    wall = time.perf_counter() - start
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the ranks run
+    try:
+        seq = api.batch("generate", None, "tiny-ursa", prompt_file=str(prompts), steps=2, height=64, width=64,
+                        device="cpu", quiet=True, output=str(tmp_path / "seq" / "p.png"))
+    finally:
+        torch.set_num_threads(threads)
+    names = [f"p_{i:03d}_00.png" for i in range(4)]
+    assert _files(tmp_path / "par") == sorted([*names, "run.json"] + [f"run_{i:03d}_00.json" for i in range(4)])
+    for name, result in zip(names, seq, strict=True):
+        assert (tmp_path / "par" / name).read_bytes() == result.paths[0].read_bytes(), name
+    combined = json.loads((tmp_path / "par" / "run.json").read_text(encoding="utf-8"))
+    par = combined["extra"]["parallel"]
+    assert (par["mode"], par["world_size"], par["dist_backend"]) == ("data", 2, "gloo")
+    assert [[run["prompt_index"] for run in r["runs"]] for r in par["ranks"]] == [[0, 2], [1, 3]]
+    assert all(len(run["step_times_s"]) == 2 for r in par["ranks"] for run in r["runs"])
+    assert [Path(o["path"]).name for o in combined["outputs"]] == names
+    assert set(combined["phases"]) == {"rank0", "rank1"}
+    one = json.loads((tmp_path / "par" / "run_001_00.json").read_text(encoding="utf-8"))
+    assert one["extra"]["parallel"]["rank"] == 1 and one["config"]["parallel"] == "data"
+    print(f"data parallel, 4 prompts, 2 ranks under torchrun: wall {wall:.1f}s")
+
+
+def test_failing_rank_ends_the_run_without_output(tmp_path: Path) -> None:
+    """Rank 1 raises in its first decode: both ranks exit 1, one line, rank 0's images removed again."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("a red circle\na blue square\na green triangle\n", encoding="utf-8")
+    results = _launch([*URSA, "--prompt-file", str(prompts), "--parallel", "data", "-o", "out/p.png",
+                       "--record", "out/run.json"], tmp_path, DIFFORGE_TEST_FAIL_RANK="1")
+    assert [code for code, _, _ in results] == [1, 1], results
+    lines = _error_lines(results)
+    assert len(lines) == 1 and "rank 1" in lines[0] and "injected failure" in lines[0], results
+    assert "Traceback" not in "".join(err for _, _, err in results)
+    assert _files(tmp_path / "out") == []
+
+
+class _FakeGroup(parallel.Group):
+    """A group whose status headers answer from a script (the protocol's logic without processes)."""
+
+    statuses: list[int] = []
+
+    def _header(self, status: int) -> list[int]:
+        return [status if r == self.rank else s for r, s in enumerate(self.statuses)]
+
+
+@pytest.mark.parametrize(("rank", "raised", "peers", "expect", "code"), [
+    (0, InputError("bad prompt"), [2, 2], InputError, 2),  # the same input error everywhere: rank 0 says it
+    (1, InputError("bad prompt"), [2, 2], parallel.PeerFailed, 2),  # ... and rank 1 stays silent
+    (1, RuntimeError("boom"), [0, 1], parallel.RankFailed, 1),  # an unexpected error: one line, exit 1
+    (0, None, [0, 1], parallel.PeerFailed, 1),  # rank 0 finished, its peer did not: rank 0's file goes
+])
+def test_failure_protocol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rank: int, raised: Exception | None,
+                          peers: list[int], expect: type, code: int) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", str(rank))
+    monkeypatch.setenv("LOCAL_RANK", str(rank))
+    monkeypatch.setattr(_FakeGroup, "statuses", peers)
+    monkeypatch.setattr(parallel, "_start", lambda mode, backend, info: _FakeGroup(mode, info, backend))
+    written = tmp_path / "p.png"
+
+    def work(group: parallel.Group) -> None:
+        group.will_write(written)
+        written.write_bytes(b"png")
+        if raised is not None:
+            raise raised
+
+    with pytest.raises(expect) as info:
+        parallel.guarded("data", "generate", "cpu", work)
+    assert info.value.exit_code == code
+    assert not written.exists()
+    if expect is not parallel.PeerFailed:
+        assert str(info.value).startswith(f"rank {rank}: ")
+    assert parallel.active() is None
+
+
+# ---- cfg ----------------------------------------------------------------------------------------
+def test_cfg_parallel_equals_one_process(tmp_path: Path) -> None:
+    """Rank 0 the conditional, rank 1 the unconditional branch: the latents of one batched-CFG process.
+
+    The one-process reference is the same edit run again by rank 0 after the group has closed, on the
+    pipeline it loaded, with ``parallel="none"`` (batched CFG): a third model load would double the
+    test's time on a 2-core machine.
+    """
+    picture = tmp_path / "in.png"
+    Image.fromarray((np.arange(64 * 64 * 3).reshape(64, 64, 3) % 251).astype(np.uint8)).save(picture)
+    args = ["edit", "--model", "tiny-qwen-edit", "-i", str(picture), "-p", "make it blue", "--steps", str(QWEN_STEPS),
+            "--height", "64", "--width", "64", "--device", "cpu", "-q"]
+    results = _launch([*args, "--parallel", "cfg", "-o", "out/e.png", "--record", "out/run.json"], tmp_path,
+                      DIFFORGE_TEST_LATENTS=str(tmp_path / "latents"), DIFFORGE_TEST_REFERENCE=str(tmp_path / "reference"))
+    assert [code for code, _, _ in results] == [0, 0], results
+    assert _files(tmp_path / "out") == ["e.png", "run.json"]  # rank 0 wrote; rank 1 nothing
+    lat0, lat1 = (torch.load(tmp_path / f"latents.rank{r}") for r in (0, 1))
+    assert torch.equal(lat0, lat1)  # the same combine and scheduler step on both ranks
+
+    reference = torch.load(tmp_path / "reference")  # rank 0, afterwards, as one process (rank_main.py)
+    diff = (reference - lat0).abs().max().item()
+    print(f"cfg parallel vs one batched-CFG process: max abs latent diff {diff:.3g}")
+    assert diff <= EXACT_TOL
+    assert Image.open(tmp_path / "out" / "e.png").size == (64, 64)
+    par = json.loads((tmp_path / "out" / "run.json").read_text(encoding="utf-8"))["extra"]["parallel"]
+    assert (par["mode"], par["dist_backend"], [r["rank"] for r in par["ranks"]]) == ("cfg", "gloo", [0, 1])
+    assert all(len(r["step_times_s"]) == QWEN_STEPS for r in par["ranks"])
+    rec = json.loads((tmp_path / "out" / "run.json").read_text(encoding="utf-8"))
+    assert any(a["what"] == "true CFG" and "cfg-parallel" in a["choice"] for a in rec["adaptations"])
+    assert rec["extra"]["forwards_per_step"] == 1
+
+
+# ---- refusals and the small rules ----------------------------------------------------------------
+@pytest.mark.parametrize(("mode", "needle"), [("data", "torchrun --nproc-per-node"), ("cfg", "torchrun --nproc-per-node 2"),
+                                              ("ulysses=2", "not built yet"), ("pipeline", "Unknown --parallel")])
+def test_refused_without_torchrun(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, needle: str) -> None:
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("a cat\n", encoding="utf-8")
+    res = CliRunner().invoke(app, [*URSA, "--prompt-file", str(prompts), "--parallel", mode, "-o", str(tmp_path / "o.png")])
+    assert res.exit_code == 2, res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], lines
+    assert not (tmp_path / "o_000_00.png").exists()
+
+
+def test_parallel_rules() -> None:
+    assert (CPUBackend.dist_backend, CUDABackend.dist_backend, NPUBackend.dist_backend) == ("gloo", "nccl", "hccl")
+    assert CPUBackend.rank_index(3) is None
+    cfg = RunConfig(model="tiny-ursa")
+    assert cfg.parallel == "none"
+    assert RunConfig(model="tiny-ursa", parallel="data").fingerprint() == cfg.fingerprint()  # no pixel changes
+    with pytest.raises(InputError, match="not built yet"):
+        RunConfig(model="tiny-ursa", parallel="ulysses=4")
+    with pytest.raises(InputError, match="Unknown --parallel"):
+        RunConfig(model="tiny-ursa", parallel="tensor")
