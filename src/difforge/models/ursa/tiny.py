@@ -61,10 +61,16 @@ def _byte_chars() -> list[str]:
 
 
 def build_tokenizer() -> Tokenizer:
+    return byte_level_bpe(list(MERGES))
+
+
+def byte_level_bpe(merges: list[tuple[str, str]]) -> Tokenizer:
+    """A Qwen-style byte-level BPE tokenizer (Qwen's split regex, NFC, the special tokens) with these
+    merges: the tiny models' and the trained shapes models' share it."""
     vocab = {ch: i for i, ch in enumerate(_byte_chars())}
-    for a, b in MERGES:
+    for a, b in merges:
         vocab.setdefault(a + b, len(vocab))
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=list(MERGES), ignore_merges=False))
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, ignore_merges=False))
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [

@@ -1,0 +1,430 @@
+"""Train ``shapes-qwen-edit``: a Qwen-Image-Edit (VAE + MMDiT) that carries out shapes-world edits.
+
+``python -m difforge.training.shapes_qwen_edit --out DIR [--steps N] [--seed S] [--threads T]``
+(``make train-shapes``) writes a folder in the real diffusers layout (safetensors only) that
+difforge's Qwen-Image-Edit loader loads unchanged.  The recipe, all seeded (CPU, fp32):
+
+1. **data**: ``n_edits`` edit triples of the world's *train* split at 64 px
+   (:func:`difforge.shapes.world.edits`), every kind uniformly (recolour, background, move, add,
+   remove, reshape);
+2. **parts** (:mod:`.qwen_parts`): a BPE tokenizer learnt on the template and the world's words, the
+   tiny Qwen2.5-VL text encoder (seeded random init, frozen), a 4x VAE, a small MMDiT;
+3. **VAE**: ``vae_steps`` AdamW steps on random 32 px crops (8 px aligned; the VAE is convolutional,
+   so crops teach it the same edges at a quarter of the cost) of the source and target pictures, L1 +
+   MSE reconstruction from the posterior mean plus ``vae_noise`` Gaussian noise, plus a small L2 on
+   the mean (the pipeline only ever uses the mean: ``sample_mode="argmax"``); the latent mean and std over the data
+   go into the VAE config (``latents_mean`` / ``latents_std``), as the pipeline un-normalises them;
+4. **encode once**: the reference latents (posterior mode, normalised: what
+   ``QwenImageEditPipeline._encode_vae_image`` returns), the target latents, and the prompt embeddings
+   of each instruction and of the negative prompt ``" "`` through ``pipe.encode_prompt`` with the
+   source picture, exactly as the pipeline encodes them at run time;
+5. **MMDiT**: ``steps`` AdamW steps of rectified flow: ``x_t = (1 - s) x0 + s e``, target velocity
+   ``e - x0`` (the FlowMatchEulerDiscreteScheduler's Euler step ``x + (s' - s) v``), ``s`` drawn as
+   ``u ~ U(0,1)`` through the scheduler's dynamic exponential shift for the run's 64 image tokens
+   (the grid inference steps on), the noisy target's packed tokens followed by the packed reference
+   tokens (``img_shapes`` [(1,8,8), (1,8,8)]), timestep ``s`` (the pipeline passes ``t / 1000``);
+   ``p_uncond`` of the rows get the negative prompt's embedding so true CFG (default 4, negative
+   ``" "``) has a trained unconditional branch;
+6. **save**: ``QwenImageEditPipeline.save_pretrained`` into a temporary sibling folder, plus
+   ``difforge.json`` (64 px reference and output areas), then one rename.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from difforge.shapes.world import edits, render
+from difforge.training.qwen_parts import (
+    TEMPLATE,
+    Arch,
+    build_processor,
+    build_scheduler,
+    build_text_encoder,
+    build_tokenizer,
+    build_transformer,
+    build_vae,
+    check_tokenizer,
+)
+from difforge.training.qwen_speed import single_frame_convs
+
+SIZE = 64
+NEGATIVE_PROMPT = " "  # what the pipeline encodes as the negative prompt when none is given
+#: difforge.json of the folder: the pipeline resizes references to these areas (64 px, the world's size).
+SETTINGS = {"reference_area": SIZE * SIZE, "condition_area": SIZE * SIZE, "output_area": SIZE * SIZE}
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Every hyper-parameter of the recipe (the defaults are what trained the committed weights)."""
+
+    seed: int = 0
+    n_edits: int = 600
+    arch: Arch = field(default_factory=Arch)
+    vae_steps: int = 150
+    vae_batch: int = 8
+    vae_crop: int = 32
+    vae_lr: float = 2e-3
+    vae_kl: float = 1e-3
+    vae_noise: float = 0.05
+    steps: int = 300
+    batch: int = 16
+    lr: float = 1e-3
+    warmup: int = 50
+    p_uncond: float = 0.1
+    encode_batch: int = 64
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+# ---- data -------------------------------------------------------------------------------------------
+@dataclass
+class EditData:
+    """The training triples: sources and targets as N x 64 x 64 x 3 uint8, instructions, kinds."""
+
+    sources: np.ndarray
+    targets: np.ndarray
+    instructions: list[str]
+    kinds: list[str]
+
+    def digest(self, n: int | None = None) -> str:
+        """sha256 of the first ``n`` triples (pixels and instructions): what a rerun must reproduce."""
+        h = hashlib.sha256()
+        k = len(self.instructions) if n is None else n
+        h.update(self.sources[:k].tobytes())
+        h.update(self.targets[:k].tobytes())
+        h.update("\n".join(self.instructions[:k]).encode())
+        return h.hexdigest()
+
+
+def make_data(seed: int, n: int) -> EditData:
+    """``n`` train-split edits of the world for ``seed`` (byte-identical on every machine)."""
+    triples = edits(seed, n, size=SIZE, split="train")
+    return EditData(
+        np.stack([render(e.source) for e in triples]),
+        np.stack([render(e.target) for e in triples]),
+        [e.instruction for e in triples],
+        [e.kind for e in triples],
+    )
+
+
+def to_pixels(images: np.ndarray) -> torch.Tensor:
+    """uint8 N x H x W x 3 -> float N x 3 x 1 x H x W in [-1, 1] (VaeImageProcessor.preprocess's range)."""
+    return torch.from_numpy(images).permute(0, 3, 1, 2).float().div(127.5).sub(1).unsqueeze(2)
+
+
+# ---- VAE --------------------------------------------------------------------------------------------
+def decode_unclamped(vae, z: torch.Tensor) -> torch.Tensor:
+    """``vae.decode(z)`` of one frame without its final clamp to [-1, 1] (a clamped pixel passes no
+    gradient, and a fresh decoder's pixels are mostly out of range: training would stall)."""
+    vae.clear_cache()
+    vae._conv_idx = [0]
+    out = vae.decoder(vae.post_quant_conv(z), feat_cache=vae._feat_map, feat_idx=vae._conv_idx)
+    vae.clear_cache()
+    return out
+
+
+def train_vae(vae, data: EditData, r: Recipe, log: Log) -> list[float]:
+    """Reconstruction training on aligned random crops; returns the loss of every step."""
+    pool = np.concatenate([data.sources, data.targets])
+    rng = np.random.default_rng([r.seed, 1])
+    opt = torch.optim.AdamW(vae.parameters(), lr=r.vae_lr, weight_decay=0.0)
+    vae.train()
+    losses: list[float] = []
+    align = 2 ** (len(r.arch.vae_dim_mult) - 1)
+    t0 = time.perf_counter()
+    for step in range(r.vae_steps):
+        lr = r.vae_lr * min(1.0, (step + 1) / 20) * 0.5 * (1 + math.cos(math.pi * step / max(1, r.vae_steps)))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        idx = rng.integers(len(pool), size=r.vae_batch)
+        crop = r.vae_crop
+        offs = rng.integers(0, (SIZE - crop) // align + 1, size=(r.vae_batch, 2)) * align
+        batch = np.stack([pool[i, y : y + crop, x : x + crop] for i, (y, x) in zip(idx, offs, strict=True)])
+        x = to_pixels(batch)
+        with single_frame_convs(vae):
+            mean = vae.encode(x).latent_dist.mean
+            # decode the mean plus a little fixed noise (robust to the MMDiT's small errors); sampling
+            # the posterior would start from unit variance and bury the signal for hundreds of steps
+            rec = decode_unclamped(vae, mean + r.vae_noise * torch.randn_like(mean))
+        loss = F.l1_loss(rec, x) + F.mse_loss(rec, x) + r.vae_kl * mean.pow(2).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+        if step % 25 == 0 or step == r.vae_steps - 1:
+            log(f"vae {step + 1}/{r.vae_steps} loss {loss.item():.4f} ({time.perf_counter() - t0:.0f}s)")
+    vae.eval()
+    return losses
+
+
+@torch.no_grad()
+def encode_latents(vae, images: np.ndarray, batch: int) -> torch.Tensor:
+    """Posterior modes (N x z x 1 x h x w), un-normalised."""
+    with single_frame_convs(vae):
+        out = [vae.encode(to_pixels(images[i : i + batch])).latent_dist.mode() for i in range(0, len(images), batch)]
+    return torch.cat(out)
+
+
+def pack(latents: torch.Tensor) -> torch.Tensor:
+    """N x C x 1 x H x W -> N x (H/2 * W/2) x 4C, as ``QwenImageEditPipeline._pack_latents``."""
+    n, c, _, h, w = latents.shape
+    x = latents.view(n, c, h // 2, 2, w // 2, 2).permute(0, 2, 4, 1, 3, 5)
+    return x.reshape(n, (h // 2) * (w // 2), c * 4)
+
+
+# ---- text -------------------------------------------------------------------------------------------
+@torch.no_grad()
+def encode_prompts(pipe, sources: np.ndarray, prompts: list[str], batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompt embeddings through ``pipe.encode_prompt`` with each source picture (what the pipeline
+    does at run time), zero-padded to one length: (N x L x D, N x L bool mask)."""
+    from PIL import Image
+
+    rows: list[torch.Tensor] = []
+    for i in range(0, len(prompts), batch):
+        images = [Image.fromarray(a) for a in sources[i : i + batch]]
+        embeds, mask = pipe.encode_prompt(image=images, prompt=prompts[i : i + batch], device="cpu")
+        if mask is None:  # diffusers drops an all-ones mask
+            mask = torch.ones(embeds.shape[:2], dtype=torch.bool)
+        rows += [e[: int(m.sum())] for e, m in zip(embeds, mask, strict=True)]
+    length = max(r.shape[0] for r in rows)
+    out = torch.zeros(len(rows), length, rows[0].shape[1])
+    valid = torch.zeros(len(rows), length, dtype=torch.bool)
+    for k, r in enumerate(rows):
+        out[k, : r.shape[0]] = r
+        valid[k, : r.shape[0]] = True
+    return out, valid
+
+
+# ---- MMDiT ------------------------------------------------------------------------------------------
+def shift_sigmas(u: torch.Tensor, image_seq_len: int, scheduler) -> torch.Tensor:
+    """``u`` in (0, 1) through the scheduler's dynamic exponential shift for ``image_seq_len`` tokens."""
+    from diffusers.pipelines.qwenimage.pipeline_qwenimage_edit import calculate_shift
+
+    get = scheduler.config.get
+    mu = calculate_shift(image_seq_len, get("base_image_seq_len"), get("max_image_seq_len"), get("base_shift"),
+                         get("max_shift"))
+    return math.exp(mu) / (math.exp(mu) + (1 / u - 1))
+
+
+@dataclass
+class Encoded:
+    """Everything the MMDiT trains on, encoded once."""
+
+    ref: torch.Tensor  # N x T x 4z packed normalised source latents
+    x0: torch.Tensor  # N x T x 4z packed normalised target latents
+    txt: torch.Tensor  # N x L x D
+    txt_mask: torch.Tensor  # N x L
+    neg: torch.Tensor  # N x Ln x D
+    neg_mask: torch.Tensor
+    grid: tuple[int, int]  # packed (h, w)
+
+
+def _pad_to(x: torch.Tensor, m: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    if x.shape[1] >= length:
+        return x, m
+    return F.pad(x, (0, 0, 0, length - x.shape[1])), F.pad(m, (0, length - m.shape[1]), value=False)
+
+
+def train_transformer(transformer, scheduler, enc: Encoded, r: Recipe, log: Log) -> list[float]:
+    """Rectified-flow training of the MMDiT; returns the loss of every step."""
+    g = torch.Generator().manual_seed(r.seed * 1000 + 5)
+    rng = np.random.default_rng([r.seed, 2])
+    opt = torch.optim.AdamW(transformer.parameters(), lr=r.lr, weight_decay=0.01, betas=(0.9, 0.99))
+    transformer.train()
+    n, tokens = enc.x0.shape[:2]
+    h, w = enc.grid
+    length = max(enc.txt.shape[1], enc.neg.shape[1])
+    txt, txt_mask = _pad_to(enc.txt, enc.txt_mask, length)
+    neg, neg_mask = _pad_to(enc.neg, enc.neg_mask, length)
+    losses: list[float] = []
+    t0 = time.perf_counter()
+    for step in range(r.steps):
+        lr = r.lr * min(1.0, (step + 1) / r.warmup) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * step / r.steps)))
+        for group in opt.param_groups:
+            group["lr"] = lr
+        idx = torch.from_numpy(rng.integers(n, size=r.batch))
+        drop = torch.from_numpy(rng.random(r.batch) < r.p_uncond)
+        x0, ref = enc.x0[idx], enc.ref[idx]
+        e = torch.where(drop[:, None, None], neg[idx], txt[idx])
+        m = torch.where(drop[:, None], neg_mask[idx], txt_mask[idx])
+        keep = int(m.any(0).nonzero().max()) + 1
+        e, m = e[:, :keep], m[:, :keep]
+        u = torch.rand(r.batch, generator=g).clamp(1e-4, 1 - 1e-4)
+        sigma = shift_sigmas(u, tokens, scheduler)
+        noise = torch.randn(x0.shape, generator=g)
+        s = sigma[:, None, None]
+        xt = (1 - s) * x0 + s * noise
+        out = transformer(
+            hidden_states=torch.cat([xt, ref], 1),
+            timestep=sigma,
+            encoder_hidden_states=e,
+            encoder_hidden_states_mask=m,
+            img_shapes=[[(1, h, w), (1, h, w)]] * r.batch,
+            return_dict=False,
+        )[0][:, :tokens]
+        loss = F.mse_loss(out, noise - x0)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(transformer.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+        if step % 50 == 0 or step == r.steps - 1:
+            recent = sum(losses[-50:]) / len(losses[-50:])
+            log(f"mmdit {step + 1}/{r.steps} loss {recent:.4f} lr {lr:.2e} ({time.perf_counter() - t0:.0f}s)")
+    transformer.eval()
+    return losses
+
+
+# ---- the whole recipe -------------------------------------------------------------------------------
+def build_pipeline(r: Recipe):
+    """The untrained pipeline of the recipe (diffusers' QwenImageEditPipeline of the real classes)."""
+    from diffusers import QwenImageEditPipeline
+
+    tok = build_tokenizer()
+    check_tokenizer(tok)
+    pipe = QwenImageEditPipeline(
+        scheduler=build_scheduler(),
+        vae=build_vae(r.arch, r.seed * 1000 + 3),
+        text_encoder=build_text_encoder(tok),
+        tokenizer=tok,
+        processor=build_processor(tok),
+        transformer=build_transformer(r.arch, r.seed * 1000 + 2),
+    )
+    assert pipe.prompt_template_encode == TEMPLATE and pipe.prompt_template_encode_start_idx == 64, (
+        "diffusers changed the Qwen-Image-Edit prompt template; update difforge.training.qwen_parts.TEMPLATE"
+    )
+    return pipe
+
+
+def encode_data(pipe, data: EditData, r: Recipe, log: Log) -> Encoded:
+    """Set the VAE's latent statistics from the data, then encode everything the MMDiT needs."""
+    t0 = time.perf_counter()
+    src = encode_latents(pipe.vae, data.sources, r.encode_batch)
+    tgt = encode_latents(pipe.vae, data.targets, r.encode_batch)
+    both = torch.cat([src, tgt]).transpose(0, 1).reshape(src.shape[1], -1)
+    mean, std = both.mean(1), both.std(1).clamp(min=1e-3)
+    pipe.vae.register_to_config(latents_mean=[round(float(v), 6) for v in mean],
+                                latents_std=[round(float(v), 6) for v in std])
+    mean_t = torch.tensor(pipe.vae.config.latents_mean).view(1, -1, 1, 1, 1)
+    std_t = torch.tensor(pipe.vae.config.latents_std).view(1, -1, 1, 1, 1)
+    ref, x0 = pack((src - mean_t) / std_t), pack((tgt - mean_t) / std_t)
+    log(f"encoded {len(src) * 2} pictures ({time.perf_counter() - t0:.0f}s); latent grid {tuple(src.shape[3:])}")
+    txt, txt_mask = encode_prompts(pipe, data.sources, data.instructions, r.encode_batch)
+    neg, neg_mask = encode_prompts(pipe, data.sources, [NEGATIVE_PROMPT] * len(data.sources), r.encode_batch)
+    log(f"encoded prompts: {txt.shape[1]} / {neg.shape[1]} tokens ({time.perf_counter() - t0:.0f}s)")
+    return Encoded(ref, x0, txt, txt_mask, neg, neg_mask, (src.shape[3] // 2, src.shape[4] // 2))
+
+
+def _load_vae(pipe, folder: Path, r: Recipe) -> None:
+    """Stage 3 from an earlier run of the same VAE recipe (deterministic, so the same weights)."""
+    from safetensors.torch import load_file
+
+    meta = json.loads((Path(folder) / "training.json").read_text(encoding="utf-8"))["recipe"]
+    mine = r.to_json()
+    same = ("seed", "n_edits", "arch", "vae_steps", "vae_batch", "vae_crop", "vae_lr", "vae_kl", "vae_noise")
+    diff = [k for k in same if meta.get(k) != mine[k]]
+    if diff:
+        raise SystemExit(f"--vae-from {folder}: its VAE was trained with other {', '.join(diff)}")
+    pipe.vae.load_state_dict(load_file(str(Path(folder) / "vae" / "diffusion_pytorch_model.safetensors")))
+    pipe.vae.eval()
+
+
+def train(r: Recipe, log: Log = print, vae_from: Path | None = None) -> tuple[object, dict]:
+    """Run the recipe; returns the trained diffusers pipeline and a summary (losses, times, digest).
+    ``vae_from``: take stage 3 from an earlier folder of the same VAE recipe instead of retraining."""
+    torch.manual_seed(r.seed)
+    t0 = time.perf_counter()
+    data = make_data(r.seed, r.n_edits)
+    log(f"data: {r.n_edits} edits, sha256 {data.digest()[:16]} ({time.perf_counter() - t0:.0f}s)")
+    pipe = build_pipeline(r)
+    if vae_from is None:
+        vae_losses = train_vae(pipe.vae, data, r, log)
+    else:
+        _load_vae(pipe, vae_from, r)
+        vae_losses = []
+        log(f"vae from {vae_from}")
+    t_vae = time.perf_counter() - t0
+    enc = encode_data(pipe, data, r, log)
+    t_enc = time.perf_counter() - t0
+    mmdit_losses = train_transformer(pipe.transformer, pipe.scheduler, enc, r, log)
+    summary = {
+        "recipe": r.to_json(),
+        "data_sha256": data.digest(),
+        "vae_loss_last50": sum(vae_losses[-50:]) / len(vae_losses[-50:]) if vae_losses else None,
+        "mmdit_loss_last100": sum(mmdit_losses[-100:]) / max(1, len(mmdit_losses[-100:])),
+        "seconds": {"vae": round(t_vae), "encode": round(t_enc - t_vae), "mmdit": round(time.perf_counter() - t0 - t_enc)},
+        "vae_losses": vae_losses,
+        "mmdit_losses": mmdit_losses,
+    }
+    return pipe, summary
+
+
+def save(pipe, out: Path, summary: dict) -> Path:
+    """Write the folder atomically: a temporary sibling, then one rename over ``out``."""
+    from difforge.models.qwen_edit.tiny import _quiet_progress
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    with _quiet_progress():
+        pipe.save_pretrained(str(tmp), safe_serialization=True)
+    (tmp / "difforge.json").write_text(json.dumps(SETTINGS, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    meta = {k: v for k, v in summary.items() if not k.endswith("_losses") and k != "seconds"}
+    (tmp / "training.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    old = out.with_name(f".{out.name}.old-{os.getpid()}")
+    if out.exists():
+        out.rename(old)
+    tmp.rename(out)
+    shutil.rmtree(old, ignore_errors=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m difforge.training.shapes_qwen_edit", description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True, type=Path, help="the model folder to write")
+    parser.add_argument("--steps", type=int, default=None, help="MMDiT training steps (default: the recipe's)")
+    parser.add_argument("--vae-steps", type=int, default=None, help="VAE training steps (default: the recipe's)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (the budget is 2 cores)")
+    parser.add_argument("--vae-from", type=Path, default=None,
+                        help="reuse the VAE of an earlier folder trained with the same VAE settings")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    r = Recipe(seed=args.seed)
+    if args.steps is not None:
+        r = replace(r, steps=args.steps)
+    if args.vae_steps is not None:
+        r = replace(r, vae_steps=args.vae_steps)
+    start = time.perf_counter()
+
+    def log(msg: str) -> None:
+        print(f"[{time.perf_counter() - start:7.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    pipe, summary = train(r, log, vae_from=args.vae_from)
+    folder = save(pipe, args.out, summary)
+    size = sum(p.stat().st_size for p in folder.rglob("*.safetensors"))
+    log(f"wrote {folder} ({size / 1e6:.2f} MB of safetensors); {summary['seconds']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
