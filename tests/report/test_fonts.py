@@ -5,7 +5,6 @@ a real glyph, not an empty box, on a machine without any CJK font."""
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import warnings
 from pathlib import Path
@@ -21,9 +20,9 @@ from difforge.report.glyphs import chinese_characters
 from difforge.report.plots import step_error_plot
 
 from .test_render import _result
+from .test_screenshot import _chromium_works
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "screenshot_report.sh"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CELL = 48  # px per character cell
 COLS = 20
 
@@ -68,15 +67,6 @@ def test_zh_plots_draw_their_labels_with_the_embedded_font() -> None:
         plt.close(fig)
 
     assert _missing_glyph_warnings(latin_only)
-
-
-def _chromium_works() -> bool:
-    if CHROMIUM is None:
-        return False
-    try:
-        return subprocess.run([CHROMIUM, "--version"], capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
 
 
 def _cells(html: Path, shot: Path, n: int) -> list[np.ndarray]:

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from difforge.models.qwen_edit.tiny import SCHEDULER_CONFIG, SPECIAL_TOKENS, _processor, _text_encoder
+from difforge.models.qwen_edit.tiny import SCHEDULER_CONFIG, _processor, _text_encoder, qwen_tokenizer
 from difforge.shapes.world import BACKGROUNDS, COLOURS, POSITIONS, SHAPES
 
 #: diffusers' ``QwenImageEditPipeline.prompt_template_encode``; the recipe asserts the built pipeline
@@ -72,7 +72,6 @@ def build_tokenizer():
     """A Qwen2Tokenizer: byte alphabet (ids 0..255 as in ``tiny-qwen-edit``), BPE merges learnt on the
     template's fixed text and every world instruction, then the Qwen special tokens."""
     from tokenizers import Tokenizer, models, trainers
-    from transformers import Qwen2Tokenizer
     from transformers.convert_slow_tokenizer import bytes_to_unicode
 
     from difforge.models.qwen_edit.tiny import _tokenizer
@@ -88,23 +87,7 @@ def build_tokenizer():
     )
     bpe.train_from_iterator(corpus, trainer)
     merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in json.loads(bpe.to_str())["model"]["merges"]]
-    vocab = {byte_table[b]: b for b in range(256)}
-    for a, b in merges:
-        vocab.setdefault(a + b, len(vocab))
-    for tok in SPECIAL_TOKENS:
-        vocab[tok] = len(vocab)
-    tok = Qwen2Tokenizer(
-        vocab=vocab,
-        merges=merges,
-        extra_special_tokens={
-            "image_token": "<|image_pad|>",
-            "video_token": "<|video_pad|>",
-            "vision_bos_token": "<|vision_start|>",
-            "vision_eos_token": "<|vision_end|>",
-        },
-    )
-    tok.add_tokens(list(SPECIAL_TOKENS), special_tokens=True)
-    return tok
+    return qwen_tokenizer(merges)
 
 
 def check_tokenizer(tok) -> None:

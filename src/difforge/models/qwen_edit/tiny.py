@@ -65,14 +65,22 @@ def _byte_vocab() -> dict[str, int]:
 
 
 def _tokenizer():
+    return qwen_tokenizer()
+
+
+def qwen_tokenizer(merges: list[tuple[str, str]] | None = None):  # noqa: ANN201 - a transformers Qwen2Tokenizer
+    """The Qwen2 tokenizer of the tiny layout: every byte a token, then ``merges`` (none for the tiny
+    models; the trained shapes model's learnt ones), then the special tokens."""
     from transformers import Qwen2Tokenizer
 
     vocab = _byte_vocab()
+    for a, b in merges or []:
+        vocab.setdefault(a + b, len(vocab))
     for tok in SPECIAL_TOKENS:
         vocab[tok] = len(vocab)
     tok = Qwen2Tokenizer(
         vocab=vocab,
-        merges=[],
+        merges=list(merges or []),
         extra_special_tokens={
             "image_token": "<|image_pad|>",
             "video_token": "<|video_pad|>",
