@@ -62,8 +62,9 @@ def _run(cfg: RunConfig, task: str, images: list[Image.Image] | None) -> RunResu
 def _check_parallel_task(cfg: RunConfig, task: str, batched: bool) -> None:
     if cfg.parallel == "data" and not batched:
         raise InputError("--parallel data shards a --prompt-file over the ranks; give --prompt-file (or call api.batch).")
-    if cfg.parallel == "cfg" and task != "edit":
-        raise InputError("--parallel cfg is built for Qwen-Image-Edit's true CFG (difforge edit); not for URSA yet.")
+    if cfg.parallel.startswith("ulysses") and task != "generate":
+        raise InputError("--parallel ulysses=N is built for URSA's joint sequence (difforge generate); for an edit "
+                         "use --parallel cfg.")
 
 
 def _load_rank(cfg: RunConfig, task: str, record: RunRecord, group: Any) -> Any:
@@ -94,7 +95,7 @@ def _run_and_write(pipeline: Any, cfg: RunConfig, images: list[Image.Image] | No
     if group is not None:  # a --parallel rank: the record says so; a failed run removes what it wrote
         from .runtime import parallel
 
-        if group.mode == "cfg":
+        if group.mode != "data":  # cfg, ulysses: every rank ran this run in step; rank 0's record holds all
             parallel.gather_cfg_ranks(group, record)
         else:
             record.extra["parallel"] = group.describe()
@@ -228,7 +229,15 @@ def validate(**options: Any) -> Any:
     from .report import write_report
     from .validate import ValidateOptions, run_validation
 
-    return run_validation(ValidateOptions(**options), write_report)
+    opts = ValidateOptions(**options)
+    if opts.parallel != "none":  # under torchrun: the device under test split over 2 ranks (validate/split.py)
+        from .runtime import parallel
+        from .validate.runner import validate_rank
+        from .validate.split import WAIT_S
+
+        return parallel.guarded(opts.parallel, "validate", opts.device,
+                                lambda group: validate_rank(opts, write_report, group), timeout_s=WAIT_S)
+    return run_validation(opts, write_report)
 
 
 def golden(**options: Any) -> Any:

@@ -105,8 +105,9 @@ PerPrompt = Annotated[int, typer.Option(
     help="Images per prompt (image k uses seed + k; outputs are numbered out_PPP_KK.png).")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print a machine-readable summary on stdout (nothing else).")]
 ParallelOpt = Annotated[str, typer.Option(
-    "--parallel", help="Under torchrun: none, data (--prompt-file sharded over the ranks) or cfg (true CFG's two "
-                       "branches on 2 ranks, edit only); see docs/parallel.md.")]
+    "--parallel", help="Under torchrun: none, data (--prompt-file sharded over the ranks), cfg (the two CFG "
+                       "branches on 2 ranks: URSA's CFG batch, Qwen-Edit's true CFG) or ulysses=N (URSA's sequence "
+                       "over N ranks); see docs/parallel.md.")]
 
 
 def _config_file(ctx: typer.Context, value: Path | None) -> Path | None:
@@ -404,6 +405,9 @@ def validate(
     msprobe: Annotated[bool, typer.Option(
         "--msprobe", help="Also write msprobe dumps of the device's and the floor's step 0 and msprobe compare's "
                           "table (pip install 'difforge[msprobe]').")] = False,
+    parallel: Annotated[str, typer.Option(
+        "--parallel", help="Under torchrun: cfg splits the device under test's CFG branches over 2 ranks (the "
+                           "reference runs on rank 0, which writes the report); see docs/parallel.md.")] = "none",
     quiet: Quiet = False,
 ) -> None:
     """Run the acceptance ladder against a reference and write the port report.
@@ -448,6 +452,7 @@ def validate(
         negative_prompt=negative_prompt,
         golden=str(golden) if golden else None,
         msprobe=msprobe,
+        parallel=parallel,
         quiet=quiet,
     )
     for name, path in result.report_paths.items():

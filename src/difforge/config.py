@@ -21,16 +21,28 @@ MAX_SEED = 2**63 - 1
 #: beyond that overflow the guided logits into inf/NaN (1e300 crashes the sampler), so cap them here.
 MAX_GUIDANCE = 100.0
 #: ``--parallel`` modes (docs/parallel.md): none, data (a --prompt-file sharded over ranks), cfg (the two
-#: true-CFG branches on two ranks).  ``ulysses=N`` (sequence parallelism) is named but not built yet.
-PARALLEL_MODES = ("none", "data", "cfg")
+#: CFG branches on two ranks: URSA's CFG batch halves, Qwen-Edit's true-CFG calls), ``ulysses=N`` (URSA's
+#: joint sequence over N ranks, attention heads split by all-to-all).
+PARALLEL_MODES = ("none", "data", "cfg", "ulysses=N")
+
+
+def ulysses_degree(mode: Any) -> int | None:
+    """N of ``ulysses=N`` (a whole number of at least 2), None for another mode; InputError for a bad N."""
+    if not isinstance(mode, str) or mode.partition("=")[0].strip() != "ulysses":
+        return None
+    value = mode.partition("=")[2].strip()
+    if not value.isdigit() or int(value) < 2:
+        raise InputError(f"--parallel ulysses=N takes the number of ranks the sequence is split over (2 or more), "
+                         f"got {mode!r}.")
+    return int(value)
 
 
 def check_parallel(mode: Any) -> None:
-    """``--parallel``: one of :data:`PARALLEL_MODES` (InputError otherwise; ``ulysses=N`` is not built yet)."""
-    if isinstance(mode, str) and mode in PARALLEL_MODES:
+    """``--parallel``: one of :data:`PARALLEL_MODES` (InputError otherwise)."""
+    if isinstance(mode, str) and mode in PARALLEL_MODES[:3]:
         return
-    if isinstance(mode, str) and mode.partition("=")[0].strip() == "ulysses":
-        raise InputError("--parallel ulysses (sequence parallelism) is not built yet; use --parallel data or cfg.")
+    if ulysses_degree(mode) is not None:
+        return
     raise InputError(f"Unknown --parallel mode {mode!r}; use one of {', '.join(PARALLEL_MODES)}.")
 
 

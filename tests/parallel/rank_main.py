@@ -1,11 +1,14 @@
 """What each rank of the parallel tests runs: ``difforge.cli.main``, with two test-only hooks.
 
 Read here only, never by difforge: ``DIFFORGE_TEST_FAIL_RANK=R`` makes rank R's URSA decode and
-Qwen-Edit transformer call raise (a failing rank); ``DIFFORGE_TEST_LATENTS=PATH`` saves the final
+Qwen-Edit transformer call raise (a failing rank; ``DIFFORGE_TEST_FAIL_AFTER=N``: the first N URSA decodes
+still succeed); ``DIFFORGE_TEST_LATENTS=PATH`` saves the final
 Qwen-Edit latents of each run to ``PATH.rank<R>`` (so a test compares them with one process's);
 ``DIFFORGE_TEST_REFERENCE=PATH``: after a successful run, rank 0 runs the same edit once more on the
 pipeline it loaded, as a one-process run (``--parallel none``: batched CFG, no group), and saves its
-final latents to ``PATH`` - the single-process reference without a third model load.
+final latents to ``PATH`` - the single-process reference without a third model load;
+``DIFFORGE_TEST_TOKENS=PATH`` saves the final URSA token ids of each run to ``PATH.rank<R>``;
+``DIFFORGE_TEST_LOADS=PATH`` appends a line (device, dtype) to ``PATH.rank<R>`` for each pipeline the rank loads.
 """
 
 from __future__ import annotations
@@ -22,8 +25,42 @@ def _install_hooks() -> None:
         def broken(*args: object, **kwargs: object) -> None:
             raise RuntimeError(f"injected failure on rank {rank}")
 
-        URSAPipeline.decode = broken  # type: ignore[method-assign]
+        spared = [int(os.environ.get("DIFFORGE_TEST_FAIL_AFTER", "0"))]  # URSA decodes that still succeed
+        decode = URSAPipeline.decode
+
+        def failing_decode(self, *args: object, **kwargs: object) -> object:  # noqa: ANN001
+            spared[0] -= 1
+            if spared[0] < 0:
+                broken()
+            return decode(self, *args, **kwargs)
+
+        URSAPipeline.decode = failing_decode  # type: ignore[method-assign]
         loop.Denoiser._call = broken  # type: ignore[method-assign]
+    loads = os.environ.get("DIFFORGE_TEST_LOADS")
+    if loads:
+        from difforge import engine
+
+        load_pipeline = engine.load_pipeline
+
+        def counting(model, backend, dtype, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+            with open(f"{loads}.rank{rank}", "a", encoding="utf-8") as f:
+                f.write(f"{backend.device} {dtype}\n")
+            return load_pipeline(model, backend, dtype, *args, **kwargs)
+
+        engine.load_pipeline = counting
+    tokens = os.environ.get("DIFFORGE_TEST_TOKENS")
+    if tokens:
+        import torch
+
+        from difforge.models.ursa.pipeline import URSAPipeline
+
+        ursa_decode = URSAPipeline.decode
+
+        def saving_tokens(self, call, ids):  # noqa: ANN001, ANN202
+            torch.save(ids.detach().cpu().clone(), f"{tokens}.rank{rank}")
+            return ursa_decode(self, call, ids)
+
+        URSAPipeline.decode = saving_tokens  # type: ignore[method-assign]
     latents = os.environ.get("DIFFORGE_TEST_LATENTS")
     if latents:
         import torch

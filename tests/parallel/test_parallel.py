@@ -2,8 +2,9 @@
 
 * data: a prompt file sharded over 2 ranks (launched by torchrun) writes byte-identical images to one
   process's sequential batch, and rank 0 writes one combined record of both ranks' runs;
-* cfg: Qwen-Image-Edit's two true-CFG branches on 2 ranks end in the same latents as one process's
-  batched-CFG run within the tolerance batched CFG itself is held to (1e-5, ``test_perf_exact.py``);
+* cfg: URSA's CFG batch split over 2 ranks gives one process's token ids exactly; Qwen-Image-Edit's two
+  true-CFG branches on 2 ranks end in the same latents as one process's batched-CFG run within the
+  tolerance batched CFG itself is held to (1e-5, ``test_perf_exact.py``);
 * a failing rank ends both processes with one line (exit 1; 2 for bad input) and no output file;
 * without torchrun, ``--parallel`` is refused with one line naming the torchrun command.
 
@@ -12,6 +13,7 @@ The ranks run ``tests/parallel/rank_main.py`` (``difforge.cli.main`` plus test-o
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -38,6 +40,7 @@ TIMEOUT_S = 150
 URSA = ["generate", "--model", "tiny-ursa", "--steps", "2", "--height", "64", "--width", "64", "--device", "cpu", "-q"]
 QWEN_STEPS = 2
 EXACT_TOL = 1e-5  # batched CFG vs two calls (tests/models/qwen_edit/test_perf_exact.py)
+URSA_PROMPT, URSA_CFG_STEPS, URSA_CFG_SIZE = "a red circle", 4, "128"
 
 
 def _free_port() -> int:
@@ -162,7 +165,7 @@ def test_failure_protocol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rank:
     monkeypatch.setenv("RANK", str(rank))
     monkeypatch.setenv("LOCAL_RANK", str(rank))
     monkeypatch.setattr(_FakeGroup, "statuses", peers)
-    monkeypatch.setattr(parallel, "_start", lambda mode, backend, info: _FakeGroup(mode, info, backend))
+    monkeypatch.setattr(parallel, "_start", lambda mode, backend, info, *timeout: _FakeGroup(mode, info, backend))
     written = tmp_path / "p.png"
 
     def work(group: parallel.Group) -> None:
@@ -212,9 +215,210 @@ def test_cfg_parallel_equals_one_process(tmp_path: Path) -> None:
     assert rec["extra"]["forwards_per_step"] == 1
 
 
+def _one_process_ursa(steps: int, **options: object) -> tuple[torch.Tensor, np.ndarray]:
+    """tiny-ursa in this process, one thread (as the ranks run): its token ids and pixels."""
+    from difforge import engine
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        size = int(URSA_CFG_SIZE)
+        cfg = RunConfig(model="tiny-ursa", prompt=URSA_PROMPT, steps=steps, height=size, width=size, device="cpu",
+                        quiet=True, **options)  # type: ignore[arg-type]
+        pipe = api.load_pipeline("tiny-ursa", "cpu", cfg=cfg, task="generate")
+        result = engine.run_pipeline(pipe, cfg)
+    finally:
+        torch.set_num_threads(threads)
+    assert pipe.last_tokens is not None
+    return pipe.last_tokens.clone(), np.asarray(result.images[0])
+
+
+def test_ursa_cfg_parallel_tokens_identical(tmp_path: Path) -> None:
+    """URSA's CFG batch split over 2 ranks (rank 0 the conditional half, rank 1 the unconditional one, one
+    all-gather of the logits per step): token ids and pixels identical to one process's batch-2 forward."""
+    args = ["generate", "--model", "tiny-ursa", "-p", URSA_PROMPT, "--steps", str(URSA_CFG_STEPS), "--height",
+            URSA_CFG_SIZE, "--width", URSA_CFG_SIZE, "--device", "cpu", "-q"]
+    results = _launch([*args, "--parallel", "cfg", "-o", "out/g.png", "--record", "out/run.json"], tmp_path,
+                      DIFFORGE_TEST_TOKENS=str(tmp_path / "tokens"))
+    assert [code for code, _, _ in results] == [0, 0], results
+    assert _files(tmp_path / "out") == ["g.png", "run.json"]  # rank 0 wrote; rank 1 nothing
+    tok0, tok1 = (torch.load(tmp_path / f"tokens.rank{r}") for r in (0, 1))
+    assert torch.equal(tok0, tok1)  # the same combine and the same draws on both ranks
+
+    reference, pixels = _one_process_ursa(URSA_CFG_STEPS)
+    unguided, _ = _one_process_ursa(URSA_CFG_STEPS, guidance=1.0)
+    assert not torch.equal(reference, unguided)  # guidance moves tokens: a wrong half would show
+    print(f"URSA cfg parallel: {tok0.numel()} token ids, {(tok0 != reference).sum().item()} differ from one process")
+    assert tok0.dtype == reference.dtype and torch.equal(tok0, reference)
+    assert np.array_equal(np.asarray(Image.open(tmp_path / "out" / "g.png")), pixels)
+
+    rec = json.loads((tmp_path / "out" / "run.json").read_text(encoding="utf-8"))
+    par = rec["extra"]["parallel"]
+    assert (par["mode"], par["dist_backend"], [r["rank"] for r in par["ranks"]]) == ("cfg", "gloo", [0, 1])
+    assert all(len(r["step_times_s"]) == URSA_CFG_STEPS for r in par["ranks"])
+    assert any(a["what"] == "CFG" and "cfg-parallel" in a["choice"] for a in rec["adaptations"])
+    assert rec["extra"]["ursa"]["forward_rows"] == 1 and rec["extra"]["ursa"]["cfg_parallel"]["half"] == "cond"
+    steps0, steps1 = (sorted(r["step_times_s"])[URSA_CFG_STEPS // 2] * 1e3 for r in par["ranks"])
+    print(f"URSA cfg parallel median step: rank 0 {steps0:.1f} ms, rank 1 {steps1:.1f} ms")
+
+
+@pytest.mark.parametrize("extra", [[], ["--disable", "lm-head-slice", "--disable", "rope-cache"]])
+def test_ursa_ulysses_tokens_identical(tmp_path: Path, extra: list[str]) -> None:
+    """URSA's joint sequence split over 2 ranks (uneven stretches: 385 positions at 128x128), heads by all-to-all
+    in every layer: token ids and pixels identical to one process's forward."""
+    args = ["generate", "--model", "tiny-ursa", "-p", URSA_PROMPT, "--steps", str(URSA_CFG_STEPS), "--height",
+            URSA_CFG_SIZE, "--width", URSA_CFG_SIZE, "--device", "cpu", "-q", *extra]
+    results = _launch([*args, "--parallel", "ulysses=2", "-o", "out/g.png", "--record", "out/run.json"], tmp_path,
+                      DIFFORGE_TEST_TOKENS=str(tmp_path / "tokens"))
+    assert [code for code, _, _ in results] == [0, 0], results
+    assert _files(tmp_path / "out") == ["g.png", "run.json"]  # rank 0 wrote; rank 1 nothing
+    tok0, tok1 = (torch.load(tmp_path / f"tokens.rank{r}") for r in (0, 1))
+    assert torch.equal(tok0, tok1)
+    options = {"disable": ["lm-head-slice", "rope-cache"]} if extra else {}
+    reference, pixels = _one_process_ursa(URSA_CFG_STEPS, **options)
+    print(f"URSA ulysses=2 {extra}: {(tok0 != reference).sum().item()} of {tok0.numel()} token ids differ")
+    assert torch.equal(tok0, reference)
+    assert np.array_equal(np.asarray(Image.open(tmp_path / "out" / "g.png")), pixels)
+    rec = json.loads((tmp_path / "out" / "run.json").read_text(encoding="utf-8"))
+    assert rec["extra"]["ursa"]["ulysses"] == {"ranks": 2, "positions": [193, 192], "rank": 0}
+    assert any(a["what"] == "attention" and a["choice"].startswith("ulysses: sequence split over 2 ranks (193+192")
+               for a in rec["adaptations"])
+    par = rec["extra"]["parallel"]
+    assert (par["mode"], [r["rank"] for r in par["ranks"]]) == ("ulysses=2", [0, 1])
+    steps0 = sorted(par["ranks"][0]["step_times_s"])[URSA_CFG_STEPS // 2] * 1e3
+    print(f"URSA ulysses=2 median step: rank 0 {steps0:.1f} ms")
+
+
+def test_ulysses_failing_rank_ends_the_run_without_output(tmp_path: Path) -> None:
+    """Rank 1 raises in its decode after a sharded denoise: both ranks exit 1, one line, no image or record."""
+    args = ["generate", "--model", "tiny-ursa", "-p", URSA_PROMPT, "--steps", "2", "--height", "64", "--width", "64",
+            "--device", "cpu", "-q", "--parallel", "ulysses=2", "-o", "out/g.png", "--record", "out/run.json"]
+    results = _launch(args, tmp_path, DIFFORGE_TEST_FAIL_RANK="1")
+    assert [code for code, _, _ in results] == [1, 1], results
+    lines = _error_lines(results)
+    assert len(lines) == 1 and "rank 1" in lines[0] and "injected failure" in lines[0], results
+    assert _files(tmp_path / "out") == []
+
+
+def test_ulysses_rules() -> None:
+    from difforge.config import ulysses_degree
+    from difforge.models.ursa.ulysses import check_heads, stretches
+
+    assert (ulysses_degree("ulysses=4"), ulysses_degree("cfg")) == (4, None)
+    for bad in ("ulysses=1", "ulysses=x", "ulysses="):
+        with pytest.raises(InputError, match="2 or more"):
+            RunConfig(model="tiny-ursa", parallel=bad)
+    assert stretches(385, 2) == [193, 192] and stretches(337, 4) == [85, 84, 84, 84] and sum(stretches(7, 3)) == 7
+    check_heads(16, 8, 2)
+    check_heads(16, 8, 16)  # one query head per rank, each reading its own kv head
+    check_heads(2, 1, 2)  # tiny-ursa: both ranks read the one kv head
+    from difforge.models.ursa.ulysses import SequenceShard
+
+    def kv(heads: int, kv_heads: int, world: int) -> list[slice]:
+        return [SequenceShard(None, [1] * world, heads, kv_heads)._kv_slice(r) for r in range(world)]
+
+    assert kv(16, 8, 2) == [slice(0, 4), slice(4, 8)]  # URSA-1.7B: kv heads split with their query heads
+    assert kv(16, 8, 16) == [slice(r // 2, r // 2 + 1) for r in range(16)]
+    assert kv(2, 1, 2) == [slice(0, 1), slice(0, 1)]  # tiny-ursa: the one kv head to both ranks
+    with pytest.raises(InputError, match="do not divide"):
+        check_heads(16, 8, 3)
+    with pytest.raises(InputError, match="whole kv"):
+        check_heads(24, 4, 6)  # 4 query heads per rank over kv groups of 6
+
+
+def test_ursa_cfg_parallel_needs_cfg() -> None:
+    """--parallel cfg without guidance is refused with one line, before any collective; no group: refused too."""
+    cfg = RunConfig(model="tiny-ursa", prompt=URSA_PROMPT, steps=2, height=64, width=64, device="cpu", quiet=True,
+                    parallel="cfg")
+    pipe = api.load_pipeline("tiny-ursa", "cpu", cfg=cfg, task="generate")
+    with pytest.raises(InputError, match="no CFG"):
+        pipe(dataclasses.replace(cfg, guidance=1.0))
+    assert parallel.active() is None
+    with pytest.raises(InputError, match="runs under torchrun"):
+        pipe(cfg)
+
+
+# ---- validate with a parallel device under test ----------------------------------------------------
+VALIDATE = ["validate", "--model", "tiny-ursa", "--device", "cpu", "--dtype", "bfloat16", "--quick", "--height", "32",
+            "--width", "32", "--steps", "2", "--rounds", "1", "--warmup", "0", "--no-speed-table", "-q"]
+
+
+def test_validate_a_cfg_parallel_device_under_test(tmp_path: Path) -> None:
+    """validate --parallel cfg under 2 ranks: the device under test's runs split over both, the reference and
+    the floor on rank 0 alone, which alone writes the report; the same verdicts, numbers and device picture as
+    a one-process validation, and a per-rank table in the report."""
+    results = _launch([*VALIDATE, "--parallel", "cfg", "--out", "two"], tmp_path,
+                      DIFFORGE_TEST_LOADS=str(tmp_path / "loads"))
+    assert [code for code, _, _ in results] == [0, 0], results
+    assert "html: two/report.html" in results[0][1] and "verdict: PASS" in results[0][1]
+    assert results[1][1].strip() == "verdict: PASS"  # rank 1 names no report: it wrote none
+    loads = [(tmp_path / f"loads.rank{r}").read_text(encoding="utf-8").splitlines() for r in (0, 1)]
+    assert loads[1] == ["cpu torch.bfloat16"]  # rank 1: the device under test only
+    assert loads[0][0] == "cpu torch.bfloat16" and len(loads[0]) == 3  # rank 0: it, the reference, the floor
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["loads.rank0", "loads.rank1", "rank0.err", "rank0.out",
+                                                          "rank1.err", "rank1.out", "two"]
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the ranks run
+    try:
+        one = api.validate(model="tiny-ursa", device="cpu", dtype="bfloat16", quick=True, height=32, width=32, steps=2,
+                           rounds=1, warmup=0, speed_table=False, quiet=True, out=str(tmp_path / "one"))
+    finally:
+        torch.set_num_threads(threads)
+    two = json.loads((tmp_path / "two" / "report.json").read_text(encoding="utf-8"))
+    assert {k: r["verdict"] for k, r in two["rungs"].items()} == one.rung_verdicts()
+    for key in ("smoke", "determinism", "operator", "component", "step", "trajectory"):  # the same measurements
+        assert two["rungs"][key]["summary"] == one.rungs[key].summary, key
+    name = "images/device_seed0.png"
+    assert (tmp_path / "two" / name).read_bytes() == (tmp_path / "one" / name).read_bytes()
+    par = two["dut_record"]["extra"]["parallel"]
+    assert (par["mode"], par["dist_backend"], [r["rank"] for r in par["ranks"]]) == ("cfg", "gloo", [0, 1])
+    assert all(len(r["step_times_s"]) == 2 and "load" in r["phases_s"] for r in par["ranks"])
+    assert any(a["what"] == "CFG" and "cfg-parallel" in a["choice"] for a in two["adaptations"])
+    assert two["reproduce"][0].startswith("torchrun --nproc-per-node 2 -m difforge validate ")
+    assert "--parallel cfg" in two["reproduce"][0]
+    html = (tmp_path / "two" / "report.html").read_text(encoding="utf-8")
+    section = html[html.index("Per-rank timings</h3>"):html.index("Per-phase detail</h3>")]
+    assert section.count("<tr>") == 3  # the header and one row per rank
+    assert "Per-rank timings" not in (tmp_path / "one" / "report.html").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(("rank", "after"), [("1", "0"), ("1", "1"), ("0", "1")])
+def test_validate_parallel_failing_rank_leaves_no_report(tmp_path: Path, rank: str, after: str) -> None:
+    """A rank fails in a split run of the device under test (after 0: the smoke run; after 1: the benchmark's
+    round, inside a rung's guard, which would keep a failed run as a failed rung and go on): both ranks exit 1
+    with one line naming the failing rank, and rank 0 writes no report and leaves no staging folder."""
+    results = _launch([*VALIDATE, "--parallel", "cfg", "--out", "two"], tmp_path, DIFFORGE_TEST_FAIL_RANK=rank,
+                      DIFFORGE_TEST_FAIL_AFTER=after)
+    assert [code for code, _, _ in results] == [1, 1], results
+    lines = _error_lines(results)
+    assert len(lines) == 1 and f"rank {rank}" in lines[0] and "injected failure" in lines[0], results
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rank0.err", "rank0.out", "rank1.err", "rank1.out"]
+
+
+def test_validate_parallel_refusals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    res = CliRunner().invoke(app, [*VALIDATE, "--parallel", "cfg", "--out", str(tmp_path / "r")])
+    assert res.exit_code == 2 and "torchrun --nproc-per-node 2 -m difforge validate --parallel cfg" in res.stderr
+    from difforge.validate import ValidateOptions
+
+    with pytest.raises(InputError, match="use --parallel cfg"):
+        ValidateOptions(model="tiny-ursa", out=tmp_path / "r", parallel="data").check()
+    with pytest.raises(InputError, match="built for difforge generate only"):
+        ValidateOptions(model="tiny-ursa", out=tmp_path / "r", parallel="ulysses=2").check()
+    assert not (tmp_path / "r").exists()
+    from difforge.validate.ladder import Ladder
+
+    lad = Ladder(ValidateOptions(model="tiny-ursa", out=tmp_path / "r", device="cpu", dtype="bfloat16", parallel="cfg"))
+    dut = lad.dut_cfg()  # only the device under test's runs are split: the reference and the floor run one process
+    assert (dut.parallel, lad.ref_cfg(dut).parallel, lad.floor_cfg(dut).parallel) == ("cfg", "none", "none")
+
+
 # ---- refusals and the small rules ----------------------------------------------------------------
 @pytest.mark.parametrize(("mode", "needle"), [("data", "torchrun --nproc-per-node"), ("cfg", "torchrun --nproc-per-node 2"),
-                                              ("ulysses=2", "not built yet"), ("pipeline", "Unknown --parallel")])
+                                              ("ulysses=2", "torchrun --nproc-per-node 2 -m difforge generate --parallel ulysses=2"),
+                                              ("pipeline", "Unknown --parallel")])
 def test_refused_without_torchrun(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, needle: str) -> None:
     for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
         monkeypatch.delenv(name, raising=False)
@@ -233,7 +437,6 @@ def test_parallel_rules() -> None:
     cfg = RunConfig(model="tiny-ursa")
     assert cfg.parallel == "none"
     assert RunConfig(model="tiny-ursa", parallel="data").fingerprint() == cfg.fingerprint()  # no pixel changes
-    with pytest.raises(InputError, match="not built yet"):
-        RunConfig(model="tiny-ursa", parallel="ulysses=4")
+    assert RunConfig(model="tiny-ursa", parallel="ulysses=4").parallel == "ulysses=4"
     with pytest.raises(InputError, match="Unknown --parallel"):
         RunConfig(model="tiny-ursa", parallel="tensor")

@@ -167,3 +167,56 @@ def test_a_wide_rung_table_becomes_a_wrapped_list_with_a_threshold_legend(tmp_pa
     section = html[html.index("Trajectory</h3>"):]
     assert '<table class="wide">' in section[:2000] and "<b>metric 0</b> 0.5 ✓" in section
     assert "<b>metric 0</b> &lt;= 9" in section  # the threshold as a legend under the table
+
+
+def _ranks(mode: str) -> dict:
+    """A --parallel device-under-test record's ``extra.parallel`` as runtime/parallel.py writes it."""
+    def run(steps: list[float], load: float, denoise: float, peak: int | None) -> dict:
+        return {"phases_s": {"load": load, "encode": 0.01, "denoise": denoise, "decode": 0.2},
+                "peak_device_bytes": peak, "step_times_s": steps}
+
+    base = {"mode": mode, "world_size": 2, "dist_backend": "hccl", "local_rank": 0}
+    if mode == "cfg":
+        ranks = [{**base, "rank": 0, "host": "node-a", "device": "npu:0", **run([0.04, 0.05, 0.06], 1.5, 0.15, 3 * 2**30)},
+                 {**base, "rank": 1, "local_rank": 1, "host": "node-a", "device": "npu:1",
+                  **run([0.03, 0.035, 0.2], 1.25, 0.27, 2**30)}]
+    else:
+        ranks = [{**base, "rank": 0, "host": "node-a", "device": "npu:0", "wall_s": 9.5,
+                  "runs": [run([0.1, 0.3], 2.0, 0.4, None), run([0.2, 0.5], 0.0, 0.7, 2**29)]},
+                 {**base, "rank": 1, "host": "node-b", "device": "npu:0", "wall_s": 8.25, "runs": []}]
+    return {"mode": mode, "world_size": 2, "dist_backend": "hccl", "ranks": ranks}
+
+
+def test_per_rank_timings_table(tmp_path: Path) -> None:
+    """A --parallel device-under-test record gets one row per rank in the performance section (md and html)."""
+    from tests.report.zh_check import english_left, visible_html
+
+    result, files = _result(tmp_path)
+    result.data["dut_record"] = {"extra": {"parallel": _ranks("cfg")}}
+    paths = write_report(result, tmp_path, lang="en", files=files)
+    md, html = paths["markdown"].read_text(), paths["html"].read_text()
+    assert "The device under test ran as 2 ranks (--parallel cfg, hccl process group)" in md
+    assert "| Rank | Host | Device | Runs | Steps | Median step (ms) | Load (s) | Denoise (s) | Wall (s) | Peak memory |" in md
+    assert "| 0 | node-a | npu:0 | 1 | 3 | 50 | 1.5 | 0.15 | 1.86 | 3.00 GiB |" in md
+    assert "| 1 | node-a | npu:1 | 1 | 3 | 35 | 1.25 | 0.27 | 1.73 | 1.00 GiB |" in md
+    section = html[html.index("Per-rank timings</h3>"):html.index("Per-phase detail</h3>")]
+    assert section.count("<tr>") == 3 and '<td class="num">35</td>' in section and "<td>npu:1</td>" in section
+    assert html.index("2. Performance") < html.index("Per-rank timings") < html.index("3. Accuracy")
+
+    result.data["dut_record"] = {"extra": {"parallel": _ranks("data")}}
+    md = write_report(result, tmp_path, lang="en", files=files)["markdown"].read_text()
+    assert "| 0 | node-a | npu:0 | 2 | 4 | 300 | 2 | 1.1 | 9.5 | 512 MiB |" in md  # two runs: steps pooled, phases summed
+    assert "| 1 | node-b | npu:0 | 0 | 0 | – | 0 | 0 | 8.25 | – |" in md  # a rank whose shard was empty
+
+    zh = write_report(result, tmp_path, lang="zh", files=files)
+    zh_html, zh_md = zh["html"].read_text(), zh["markdown"].read_text()
+    assert "各 rank 耗时" in zh_html and "被测设备以 2 个 rank 运行（--parallel data，hccl 进程组）" in zh_md
+    assert "| rank | 主机 | 设备 | 运行次数 | 步数 | 单步中位耗时 (ms) | 加载耗时 (s) | 去噪耗时 (s) | 总耗时 (s) | 峰值内存 |" in zh_md
+    visible = visible_html(zh_html)
+    section = visible[visible.index("各 rank 耗时"):visible.index("各阶段明细")]
+    assert english_left(section) == []
+
+    for record in ({"extra": {"parallel": {"mode": "data", "rank": 1}}}, {"extra": {}}, None):  # a per-image record
+        result.data["dut_record"] = record
+        html = write_report(result, tmp_path, lang="en", files=files)["html"].read_text()
+        assert "Per-rank timings" not in html

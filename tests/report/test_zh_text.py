@@ -590,6 +590,10 @@ PATTERN_EXAMPLES: list[tuple[str, str]] = [
      '噪声基线均方误差 (MSE)'),
     ('floor token_agreement',
      '噪声基线 token 一致率'),
+    ('cfg-parallel: conditional half on rank 0, unconditional on rank 1 (gloo, one all-gather of the logits per guided step)',
+     'cfg-parallel：CFG batch 的条件部分在 rank 0、无条件部分在 rank 1 上运行（gloo，每个引导步一次 logits 的 all-gather）'),
+    ('cfg-parallel: conditional on rank 0, unconditional on rank 1 (hccl, one all-gather per step)',
+     'cfg-parallel：条件分支在 rank 0、无条件分支在 rank 1 上运行（hccl，每步一次 all-gather）'),
 ]
 
 EXAMPLES = EXACT_EXAMPLES + PATTERN_EXAMPLES

@@ -130,7 +130,8 @@ def test_reference_and_floor_drop_device_only_options(tmp_path: Path) -> None:
     assert (dut.compile, dut.fast, dut.disable, dut.offload, dut.vae_tiling) == (
         True, ["first-block-cache=0.1"], ["batched-cfg"], "model", True)
     plain = {f: getattr(RunConfig(model="m"), f) for f in DUT_ONLY}
-    assert plain == {"compile": False, "fast": [], "disable": [], "offload": "none", "vae_tiling": False}
+    assert plain == {"compile": False, "fast": [], "disable": [], "offload": "none", "vae_tiling": False,
+                     "parallel": "none"}
     for side, dtype in ((lad.ref_cfg(dut), "float32"), (lad.floor_cfg(dut), "bfloat16")):
         assert {f: getattr(side, f) for f in DUT_ONLY} == plain
         assert (side.device, side.dtype) == ("cpu", dtype)

@@ -25,6 +25,19 @@ from ..errors import CheckpointError
 WEIGHTS_NAME = "diffusion_pytorch_model"
 
 
+#: The optional per-model run settings file difforge reads from a model folder (plain JSON values, never code).
+SETTINGS_FILE = "difforge.json"
+
+
+def read_settings(folder: Path) -> dict[str, Any]:
+    """The folder's ``difforge.json`` as a dict, ``{}`` when it has none (real checkpoints have none).
+
+    One reader for every family, so the file is held to the same rules everywhere; each family
+    validates the keys it knows and ignores the rest."""
+    path = Path(folder) / SETTINGS_FILE
+    return read_json(path) if path.is_file() else {}
+
+
 def read_json(path: Path) -> dict[str, Any]:
     """Read a JSON config, turning every failure into one CheckpointError line."""
     if not path.is_file():

@@ -38,6 +38,12 @@ TEXT: dict[str, dict[str, str]] = {
         "perf_no_table": "Only the validated options were timed (--no-speed-table).",
         "perf_host": "host RSS", "perf_defaults": "defaults",
         "perf_details": "Per-phase detail",
+        "ranks": "Per-rank timings",
+        "ranks_text": ("The device under test ran as {world} ranks (--parallel {mode}, {backend} process group); "
+                       "each rank's own timings, from its run record:"),
+        "rank": "Rank", "rank_host": "Host", "rank_device": "Device", "rank_runs": "Runs", "rank_steps": "Steps",
+        "rank_step_ms": "Median step (ms)", "rank_load": "Load (s)", "rank_denoise": "Denoise (s)",
+        "rank_wall": "Wall (s)",
 
         "verdict": "Verdict",
         "overview": "Verdict by rung",
@@ -157,6 +163,11 @@ TEXT: dict[str, dict[str, str]] = {
         "perf_no_table": "仅对本次验证的选项计时（--no-speed-table）。",
         "perf_host": "主机 RSS", "perf_defaults": "默认",
         "perf_details": "各阶段明细",
+        "ranks": "各 rank 耗时",
+        "ranks_text": "被测设备以 {world} 个 rank 运行（--parallel {mode}，{backend} 进程组）；各 rank 自身的耗时，取自其运行记录：",
+        "rank": "rank", "rank_host": "主机", "rank_device": "设备", "rank_runs": "运行次数", "rank_steps": "步数",
+        "rank_step_ms": "单步中位耗时 (ms)", "rank_load": "加载耗时 (s)", "rank_denoise": "去噪耗时 (s)",
+        "rank_wall": "总耗时 (s)",
 
         "verdict": "结论",
         "overview": "各级结论",

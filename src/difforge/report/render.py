@@ -245,6 +245,31 @@ def _speed_context(bench: RungResult | None, t: dict[str, str], tr: Callable[[st
                         t["perf_speedup"], t["perf_mem_load"], t["perf_mem_peak"], t["perf_validated"]]}
 
 
+def _ranks_context(record: dict[str, Any] | None, t: dict[str, str], esc: Callable[[Any], Any]) -> dict[str, Any]:
+    """``--parallel``: one row per rank of the device under test's run (its RunRecord's ``extra.parallel.ranks``):
+    ``cfg`` ranks carry one run's timings, ``data`` ranks a list of ``runs``; nothing when the run had one process."""
+    par = ((record or {}).get("extra") or {}).get("parallel") or {}
+    ranks = par.get("ranks") if isinstance(par, dict) else None
+    if not ranks:
+        return {}
+    rows = []
+    for r in ranks:
+        runs = r.get("runs") if isinstance(r.get("runs"), list) else [r]
+        steps = sorted(s for run in runs for s in run.get("step_times_s") or [])
+        phases = [run.get("phases_s") or {} for run in runs]
+        peaks = [run["peak_device_bytes"] for run in runs if run.get("peak_device_bytes") is not None]
+        wall = r.get("wall_s", sum(sum(ph.values()) for ph in phases))
+        rows.append([fmt(r.get("rank")), fmt(r.get("host")), fmt(r.get("device")), fmt(len(runs)), fmt(len(steps)),
+                     fmt(steps[len(steps) // 2] * 1e3) if steps else "–",
+                     fmt(sum(ph.get("load", 0.0) for ph in phases)), fmt(sum(ph.get("denoise", 0.0) for ph in phases)),
+                     fmt(wall), _bytes(max(peaks)) if peaks else "–"])
+    text = t["ranks_text"].format(world=esc(par.get("world_size", len(ranks))), mode=esc(par.get("mode")),
+                                  backend=esc(par.get("dist_backend")))
+    return {"text": text, "rows": rows,
+            "headers": [t["rank"], t["rank_host"], t["rank_device"], t["rank_runs"], t["rank_steps"],
+                        t["rank_step_ms"], t["rank_load"], t["rank_denoise"], t["rank_wall"], t["perf_mem_peak"]]}
+
+
 def _scan_context(scan: dict[str, Any] | None, t: dict[str, str], esc: Callable[[Any], Any]) -> dict[str, Any]:
     """``--scan-source``: the summary sentence and one row per finding (validate/runner.py's scan data)."""
     if not scan:
@@ -431,6 +456,7 @@ def build_context(result: ValidationResult, lang: str, plots: dict[str, bytes], 
         "font_css": Markup(font_face_css()) if lang == "zh" and not markdown else "",
     }
     ctx["scan"] = _scan_context(d.get("scan"), t, esc)
+    ctx["ranks"] = _ranks_context(d.get("dut_record"), t, esc)
     strips = [e for e in (ctx["gallery"].get("entries") or []) if "strip" in e]
     present = set(SECTIONS) - ({"pictures"} if not strips else set()) - ({"signoff"} if not ctx["signoff"] else set())
     present -= set() if ctx["scan"] else {"scan"}
@@ -442,6 +468,8 @@ def build_context(result: ValidationResult, lang: str, plots: dict[str, bytes], 
             ctx["speed"] = {**ctx["speed"], "text": Markup(ctx["speed"]["text"])}
         if ctx["scan"]:
             ctx["scan"] = {**ctx["scan"], "text": Markup(ctx["scan"]["text"])}
+        if ctx["ranks"]:
+            ctx["ranks"] = {**ctx["ranks"], "text": Markup(ctx["ranks"]["text"])}
         for key in ("title", "overview_text", "localisation_text", "floor_text", "generated"):
             ctx[key] = Markup(ctx[key])
         ctx["plot_files"] = {k: Markup(v) for k, v in ctx["plot_files"].items()}

@@ -699,3 +699,8 @@ rule(r"shorter text padded once per run; each row attends only to its own text, 
      r"within float rounding; disable with '(?P<name>[\w-]+)'",
      "较短的文本每次运行只补齐一次；每行只关注自身文本，无掩码；在浮点舍入范围内等于两次 batch-1 调用；"
      "可用 --disable {name} 关闭")
+rule(r"cfg-parallel: conditional half on rank 0, unconditional on rank 1 \((?P<b>\w+), one all-gather of the logits "
+     r"per guided step\)",
+     "cfg-parallel：CFG batch 的条件部分在 rank 0、无条件部分在 rank 1 上运行（{b}，每个引导步一次 logits 的 all-gather）")
+rule(r"cfg-parallel: conditional on rank 0, unconditional on rank 1 \((?P<b>\w+), one all-gather per step\)",
+     "cfg-parallel：条件分支在 rank 0、无条件分支在 rank 1 上运行（{b}，每步一次 all-gather）")

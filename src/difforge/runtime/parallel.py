@@ -87,7 +87,9 @@ def launched() -> RankInfo | None:
 
 
 def launch_hint(mode: str, task: str) -> str:
-    ranks = 2 if mode == "cfg" else "N"
+    from ..config import ulysses_degree
+
+    ranks = 2 if mode == "cfg" else (ulysses_degree(mode) or "N")
     return f"torchrun --nproc-per-node {ranks} -m difforge {task} --parallel {mode} ..."
 
 
@@ -100,6 +102,12 @@ def require_launch(mode: str, task: str) -> RankInfo:
     if mode == "cfg" and info.world_size != 2:
         raise InputError(f"--parallel cfg runs the two CFG branches on exactly 2 ranks; this launch has "
                          f"{info.world_size} ('torchrun --nproc-per-node 2 ...').")
+    from ..config import ulysses_degree
+
+    degree = ulysses_degree(mode)
+    if degree is not None and info.world_size != degree:
+        raise InputError(f"--parallel {mode} splits the sequence over exactly {degree} ranks; this launch has "
+                         f"{info.world_size} ('torchrun --nproc-per-node {degree} ...').")
     return info
 
 
@@ -167,6 +175,18 @@ class Group:
         every = [moved.new_empty(moved.shape) for _ in range(self.world_size)]
         dist.all_gather(every, moved)
         return [t.to(local.device) for t in every]
+
+    def all_to_all(self, tensor: torch.Tensor, input_splits: list[int], output_splits: list[int]) -> torch.Tensor:
+        """``all_to_all_single`` along dim 0 (uneven splits allowed), after a status header: rank ``j`` gets
+        this rank's ``input_splits[j]`` rows; the result stacks ``output_splits[i]`` rows from each rank ``i``."""
+        import torch.distributed as dist
+
+        self.check()
+        local = tensor.contiguous()
+        moved = local.to(self._comm_device())
+        out = moved.new_empty((sum(output_splits), *moved.shape[1:]))
+        dist.all_to_all_single(out, moved, output_split_sizes=list(output_splits), input_split_sizes=list(input_splits))
+        return out.to(local.device)
 
     def all_gather_object(self, obj: Any) -> list[Any]:
         """Every rank's picklable ``obj``, after a status header."""
@@ -246,6 +266,14 @@ def active() -> Group | None:
     return _ACTIVE
 
 
+def seq_split() -> Group:
+    """The group a ``--parallel ulysses=N`` forward splits its sequence over (rank r: the r-th stretch)."""
+    group = _ACTIVE
+    if group is None or not group.mode.startswith("ulysses"):
+        raise InputError("--parallel ulysses=N runs under torchrun through difforge generate (or api.generate/api.batch).")
+    return group
+
+
 def cfg_split() -> Group:
     """The group a ``--parallel cfg`` denoise loop splits its two branches over (rank 0 conditional)."""
     group = _ACTIVE
@@ -266,11 +294,15 @@ def rank_backend(spec: str, info: RankInfo) -> Backend:
     return backend if index is None else get_backend(f"{backend.name}:{index}")
 
 
-def _start(mode: str, backend: Backend, info: RankInfo) -> Group:
+def _start(mode: str, backend: Backend, info: RankInfo, timeout_s: float | None = None) -> Group:
     global _ACTIVE
+    import datetime
+
     import torch.distributed as dist
 
     kwargs: dict[str, Any] = {}
+    if timeout_s is not None:  # how long one collective may wait (torch's default: 10 to 30 minutes)
+        kwargs["timeout"] = datetime.timedelta(seconds=timeout_s)
     if backend.dist_backend != "gloo" and backend.index is not None:
         kwargs["device_id"] = backend.device  # nccl/hccl: bind the rank's device to its group
     try:
@@ -304,8 +336,10 @@ def _reported(exc: BaseException, rank: int) -> BaseException:
     return exc
 
 
-def guarded(mode: str, task: str, device: str, work: Callable[[Group], T]) -> T:
+def guarded(mode: str, task: str, device: str, work: Callable[[Group], T], timeout_s: float | None = None) -> T:
     """Run ``work(group)`` on this rank of a ``--parallel`` run under the failure protocol (module docstring).
+
+    ``timeout_s``: how long one collective may wait (``validate``: rank 1 waits while rank 0 runs the reference).
 
     Errors before the group exists (a bad option, no torchrun, a missing device) are the same on every
     rank: rank 0 reports them, the others exit with the same code silently.
@@ -315,7 +349,7 @@ def guarded(mode: str, task: str, device: str, work: Callable[[Group], T]) -> T:
     check_parallel(mode)
     info = require_launch(mode, task)
     try:
-        group = _start(mode, rank_backend(device, info), info)
+        group = _start(mode, rank_backend(device, info), info, timeout_s)
     except DifforgeError as exc:
         if info.rank == 0:
             raise

@@ -85,11 +85,14 @@ class Ladder:
     """State shared by the rungs of one validation."""
 
     def __init__(self, options: ValidateOptions, golden_ref: tuple[str, str] | None = None,
-                 making_golden: bool = False) -> None:
+                 making_golden: bool = False, group: Any = None) -> None:
         """``golden_ref``: (device, dtype) of a golden bundle's reference, which then stands for the
         reference (nothing of it runs here); ``making_golden``: ``difforge golden`` runs the reference
-        side for a device elsewhere, so a same-dtype "device" is not a self-comparison."""
+        side for a device elsewhere, so a same-dtype "device" is not a self-comparison; ``group``:
+        ``--parallel cfg``, the process group whose rank 1 follows the device under test's runs
+        (:mod:`.split`); the device under test is then this rank's device (from ``LOCAL_RANK``)."""
         self.o = options
+        self.group = group
         self.golden_ref = golden_ref
         #: The default random stream of the device under test's backend (``difforge golden --for-device``
         #: sets the one of the device the bundle is for); the reference and floor draw from the same.
@@ -99,7 +102,7 @@ class Ladder:
         self.rounds = min(options.rounds, 2) if self.quick else options.rounds
         self.warmup = min(options.warmup, 1) if self.quick else options.warmup
         ref_device, ref_dtype = parse_reference(options.reference)
-        self.dut_backend: Backend = get_backend(options.device)
+        self.dut_backend: Backend = group.backend if group is not None else get_backend(options.device)
         self.dut_dtype: torch.dtype = self.dut_backend.resolve_dtype(options.dtype)
         self.stream_default = self.dut_backend.random_stream
         self.ref_backend: Backend = get_backend(ref_device)
@@ -185,6 +188,8 @@ class Ladder:
                 probe = InPrecision(probe, self.emulation)
             if key in self._plain_sides:
                 probe = PlainSide(probe, self.plain)
+            elif self.group is not None:  # the device's own probe steps (no pipeline call) run on this rank alone
+                probe = PlainSide(probe, lambda cfg: replace(cfg, parallel="none"))
             self._probes[key] = probe
         return self._probes[key]
 
@@ -395,7 +400,14 @@ class Ladder:
             trace: StepTrace | None = None, images: list[Image.Image] | None = None,
             ) -> tuple[list[Image.Image], RunRecord]:
         """One run of ``pipe`` (the floor's under its emulation); ``images``: input pictures of this run
-        only (a semantic edit's source), else the validation's."""
+        only (a semantic edit's source), else the validation's.  A device-under-test run of a ``--parallel
+        cfg`` validation (``cfg.parallel``) is split with the follower rank (:func:`.split.lead`)."""
+        if self.group is not None and cfg.parallel != "none":
+            from .split import lead
+
+            res = lead(self.group, pipe, cfg, images or self.images or None, record,
+                       trace.hook if trace is not None else None)
+            return res.images, res.record
         emulated = self.emulation is not None and pipe is self.floor_pipe
         with self.emulation.active() if emulated else nullcontext():  # type: ignore[union-attr]
             res = engine.run_pipeline(pipe, cfg, images=images or self.images or None, record=record,

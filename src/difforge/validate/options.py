@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 RUNGS = ("smoke", "determinism", "benchmark", "operator", "component", "step", "trajectory", "semantic")
 #: The options that change only HOW the device under test runs (speed, memory), never what the reference
 #: computes: the reference and the floor reset them to RunConfig's defaults (the plain path).
-DUT_ONLY = ("compile", "fast", "disable", "offload", "vae_tiling")
+DUT_ONLY = ("compile", "fast", "disable", "offload", "vae_tiling", "parallel")
 
 
 @dataclass
@@ -86,6 +86,9 @@ class ValidateOptions:
     disable: list[str] = field(default_factory=list)
     offload: str = "none"
     vae_tiling: bool = False
+    #: ``cfg``: under torchrun, the device under test's runs split their two CFG branches over 2 ranks
+    #: (docs/parallel.md); the reference and the floor stay one process, on rank 0, which alone writes.
+    parallel: str = "none"
     #: None: the family's (or the probe's) default; applied on every side.
     num_frames: int | None = None
     guidance: float | None = None
@@ -102,6 +105,12 @@ class ValidateOptions:
         if self.warmup < 0:
             raise InputError("--warmup must be 0 or more.")
         check_steps(self.steps)
+        if self.parallel == "data":
+            raise InputError("validate runs one device-under-test run at a time; --parallel data has no prompt file "
+                             "to shard there: use --parallel cfg (or none).")
+        if self.parallel.startswith("ulysses"):
+            raise InputError("validate takes --parallel cfg as the device under test's split; ulysses=N is built for "
+                             "difforge generate only.")
         self.check_run_options()
         for flag, value in (("--height", self.height), ("--width", self.width)):
             if value is not None and value <= 0:
@@ -126,6 +135,7 @@ class ValidateOptions:
         fields: dict[str, Any] = {
             "transformer_file": self.transformer, "compile": self.compile, "fast": list(self.fast),
             "disable": list(self.disable), "offload": self.offload, "vae_tiling": self.vae_tiling,
+            "parallel": self.parallel,
         }
         for name in ("num_frames", "guidance", "guidance_trunc", "true_cfg", "negative_prompt"):
             if getattr(self, name) is not None:

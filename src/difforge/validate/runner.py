@@ -113,7 +113,8 @@ def _not_run(key: str, why: str) -> RungResult:
 def _reproduce(options: ValidateOptions) -> list[str]:
     """The exact command line that re-runs this validation (input files as absolute paths; every
     option not at its default, so it parses back to the same ValidateOptions)."""
-    args = ["difforge", "validate", "--model", options.model, "--device", options.device, "--dtype",
+    launch = ["torchrun", "--nproc-per-node", "2", "-m", "difforge"] if options.parallel != "none" else ["difforge"]
+    args = [*launch, "validate", "--model", options.model, "--device", options.device, "--dtype",
             options.dtype, "--reference", options.reference]
     for img in options.images:
         args += ["--image", os.path.abspath(img)]
@@ -143,6 +144,8 @@ def _reproduce(options: ValidateOptions) -> list[str]:
         args += ["--offload", options.offload]
     if options.vae_tiling:
         args.append("--vae-tiling")
+    if options.parallel != "none":
+        args += ["--parallel", options.parallel]
     args += ["--rounds", str(options.rounds), "--warmup", str(options.warmup), "--seed", str(options.seed)]
     if options.quick:
         args.append("--quick")
@@ -188,8 +191,10 @@ def _load_side(lad: Ladder, backend: Any, dtype: Any, kind: str, overrides: dict
     return side
 
 
-def run_validation(options: ValidateOptions, write_report: ReportWriter) -> ValidationResult:
+def run_validation(options: ValidateOptions, write_report: ReportWriter, group: Any = None) -> ValidationResult:
     """Run the whole ladder on ``options`` and write the report (with ``write_report``) into ``options.out``.
+
+    ``group``: rank 0 of ``--parallel cfg`` (:mod:`.split`): the device under test's runs are split with rank 1.
 
     Every user mistake (bad flag, prompts file, image, size, ``--out``) raises DifforgeError before
     ``DIR`` is created; the device-under-test pipeline is loaded first so its size check runs before
@@ -204,7 +209,7 @@ def run_validation(options: ValidateOptions, write_report: ReportWriter) -> Vali
             from .msprobe_view import check_golden
 
             check_golden(golden, options.golden)
-    lad = Ladder(options, golden_ref=golden.reference if golden is not None else None)
+    lad = Ladder(options, golden_ref=golden.reference if golden is not None else None, group=group)
     scanned = _scan_source(options.scan_source, lad.dut_backend.device.type) if options.scan_source else None
     if golden is not None:
         check_settings(golden, options, lad)
@@ -231,6 +236,25 @@ def run_validation(options: ValidateOptions, write_report: ReportWriter) -> Vali
     except BaseException:  # a user error, a crash, Ctrl-C or SIGTERM: no half-filled report, no stray folder
         lad.discard_output()
         raise
+
+
+def validate_rank(options: ValidateOptions, write_report: ReportWriter, group: Any) -> ValidationResult:
+    """One rank of ``validate --parallel cfg`` (run by :func:`difforge.runtime.parallel.guarded`; see
+    :mod:`.split`): rank 0 the whole validation, rank 1 only the device under test's split runs."""
+    from . import split
+
+    options.check()  # the same input errors on both ranks (rank 0 reports them)
+    if group.rank != 0:  # the same device-under-test pipeline as rank 0's; nothing is judged here
+        lad = Ladder(replace(options, allow_self_compare=True), group=group)
+        pipe, record = lad.load(lad.dut_backend, lad.dut_dtype, options.op_overrides, dut=True)
+        verdict, _code = split.follow(group, pipe, record)
+        return ValidationResult(Verdict(verdict), {}, Path(options.out), fail_on=options.fail_on)
+    try:
+        result = run_validation(options, write_report, group=group)
+    except split.Aborted as exc:
+        raise exc.error from None
+    split.done(group, str(result.verdict), result.exit_code)
+    return result
 
 
 def _scan_source(source: str, device_type: str) -> dict[str, Any]:

@@ -13,9 +13,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from ...errors import CheckpointError
-from ..checkpoint import read_json
+from ..checkpoint import SETTINGS_FILE, read_settings
 
-SETTINGS_FILE = "difforge.json"
+__all__ = ["SETTINGS_FILE", "EditSettings"]
 
 
 @dataclass(frozen=True)
@@ -29,9 +29,7 @@ class EditSettings:
     @classmethod
     def from_folder(cls, folder: Path) -> EditSettings:
         path = Path(folder) / SETTINGS_FILE
-        if not path.is_file():
-            return cls()
-        data = read_json(path)
+        data = read_settings(folder)
         known = {f.name for f in fields(cls)}
         values: dict[str, int] = {}
         for key, value in data.items():

@@ -20,7 +20,16 @@ from torch import nn
 
 from ...errors import CheckpointError, ModelFamilyError
 from ...runtime.meta import on_meta
-from ..checkpoint import check_finite, config_class_names, config_files, load_component_state_dict, read_json
+from ..checkpoint import (
+    SETTINGS_FILE,
+    check_finite,
+    config_class_names,
+    config_files,
+    load_component_state_dict,
+    read_json,
+    read_settings,
+)
+from .call import DEFAULT_HEIGHT, DEFAULT_WIDTH
 from .config import SchedulerConfig, URSATransformerConfig, VQConfig, check_consistency
 from .memory import check_weights_fit
 from .pth import read_pth_tensors
@@ -105,6 +114,25 @@ def load_strict(module: nn.Module, state: dict[str, torch.Tensor], where: str) -
     module.eval()
 
 
+def default_size(folder: Path, stride: int) -> tuple[int, int]:
+    """(height, width) a run gets when ``--height``/``--width`` are not given.
+
+    URSA-1.7B's own default (320 x 512) unless the folder's ``difforge.json`` names
+    ``default_height``/``default_width``: a model trained at 64 x 64 (the shapes models) draws
+    nothing meaningful at 320 x 512, so its folder says so rather than every caller."""
+    data = read_settings(folder)
+    size = [DEFAULT_HEIGHT, DEFAULT_WIDTH]
+    for i, key in enumerate(("default_height", "default_width")):
+        if key not in data:
+            continue
+        value = data[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0 or value % stride or value > 8192:
+            raise CheckpointError(f"{folder / SETTINGS_FILE}: '{key}' must be a positive multiple of the VAE's "
+                                  f"stride {stride} (at most 8192), got {value!r}.")
+        size[i] = value
+    return size[0], size[1]
+
+
 @dataclass
 class URSACheckpoint:
     """Configs and host-side modules of one folder (weights on the CPU, in the checkpoint dtype)."""
@@ -116,6 +144,7 @@ class URSACheckpoint:
     scheduler_config: SchedulerConfig
     codebook: torch.Tensor
     tokenizer: PromptTokenizer
+    default_size: tuple[int, int] = (DEFAULT_HEIGHT, DEFAULT_WIDTH)
 
     @classmethod
     def read_configs(cls, folder: Path) -> URSACheckpoint:
@@ -137,7 +166,7 @@ class URSACheckpoint:
             raise CheckpointError(
                 f"The tokenizer has {len(tokenizer)} ids but transformer lm_vocab_size is {tcfg.lm_vocab_size}."
             )
-        return cls(folder, classes, tcfg, vcfg, scfg, emb, tokenizer)
+        return cls(folder, classes, tcfg, vcfg, scfg, emb, tokenizer, default_size(folder, vcfg.spatial_stride))
 
     def load_transformer(self, dtype: torch.dtype | None = None, backend: Backend | None = None,
                          record: RunRecord | None = None) -> URSATransformer:

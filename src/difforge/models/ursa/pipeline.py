@@ -54,9 +54,7 @@ from ...runtime.steps import StepTimer
 from ..families import URSA
 from ..load_defaults import load_defaults
 from .call import (
-    DEFAULT_HEIGHT,
     DEFAULT_STEPS,
-    DEFAULT_WIDTH,
     Optimisations,
     ReferenceArgs,
     StepHook,
@@ -84,6 +82,7 @@ from .sampling import (
 from .scheduler import DFMScheduler
 from .tokenizer import PromptTokenizer, prompt_list
 from .transformer import URSATransformer, run_layer
+from .ulysses import SequenceShard, check_heads, stretches
 from .vae import AutoencoderVQ, to_uint8
 from .vae_fsq import FSQConfig
 
@@ -207,8 +206,9 @@ class URSAPipeline:
 
     def latent_shape(self, cfg: RunConfig) -> tuple[int, int, int]:
         """(T, h, w) of the token grid; raises SizeError for sizes the VAE cannot produce exactly."""
-        height = DEFAULT_HEIGHT if cfg.height is None else int(cfg.height)
-        width = DEFAULT_WIDTH if cfg.width is None else int(cfg.width)
+        default_height, default_width = self.checkpoint.default_size
+        height = default_height if cfg.height is None else int(cfg.height)
+        width = default_width if cfg.width is None else int(cfg.width)
         s = self.spatial_stride
         if height <= 0 or width <= 0 or height % s or width % s:
             raise SizeError(f"Height and width must be positive multiples of {s} for this model, got {height}x{width}.")
@@ -356,15 +356,17 @@ class URSAPipeline:
 
     # ------------------------------------------------------------------------------------ denoising
     def forward_logits(
-        self, ids: torch.Tensor, pos: torch.Tensor, n_img: int, sliced: bool, rope: object | None = None
+        self, ids: torch.Tensor, pos: torch.Tensor, n_img: int, sliced: bool, rope: object | None = None,
+        shard: SequenceShard | None = None,
     ) -> torch.Tensor:
-        """Raw logits of the sampler's rows: positions bov .. second-to-last image token."""
+        """Raw logits of the sampler's rows: positions bov .. second-to-last image token (``shard``: ``--parallel
+        ulysses=N``, this rank's stretch of positions, the same logits on every rank)."""
         length = ids.shape[1]
         rows = slice(length - n_img - 1, length - 1)
         with torch.no_grad():
             if sliced:
-                return self.transformer(ids, pos, logits_slice=rows, rope=rope)
-            return self.transformer(ids, pos, rope=rope)[:, rows]
+                return self.transformer(ids, pos, logits_slice=rows, rope=rope, shard=shard)
+            return self.transformer(ids, pos, rope=rope, shard=shard)[:, rows]
 
     def image_ids(self, cond_ids: torch.Tensor, uncond_ids: torch.Tensor, codes: torch.Tensor,
                   guided: bool) -> torch.Tensor:
@@ -423,8 +425,18 @@ class URSAPipeline:
         record: RunRecord | None = None,
         step_hook: StepHook | None = None,
         quiet: bool = True,
+        split: Any = None,
+        shard: SequenceShard | None = None,
     ) -> torch.Tensor:
-        """Stage 4: the sampler's steps from ``state``; returns ``[B, T*h*w]`` int64 codes on the device."""
+        """Stage 4: the sampler's steps from ``state``; returns ``[B, T*h*w]`` int64 codes on the device.
+
+        ``split`` (``--parallel cfg``): the group (``.rank``, ``.all_gather``) whose rank 0 runs the
+        conditional half of the CFG batch and rank 1 the unconditional half; one all-gather of the
+        logits per guided step rebuilds the stacked ``[cond; uncond]`` logits on both ranks, which then
+        combine and sample alike (the same seed, the same draws), so their codes stay identical.
+        ``shard`` (``--parallel ulysses=N``): every forward runs on this rank's stretch of positions
+        (:mod:`.ulysses`) and gives every rank the same logits.
+        """
         x, ids, batch, n_img = state.x, state.ids, state.batch, state.n_img
         k = self.scheduler.codebook_size
         offset = self.transformer.config.lm_vocab_size
@@ -440,7 +452,8 @@ class URSAPipeline:
             if flags.reuse_first and i == 1 and saved is not None:
                 raw, saved, tail = saved, None, False
             else:
-                raw = self.forward_logits(ids[:batch] if tail else ids, state.pos, n_img, flags.lm_head_slice, state.rope)
+                raw = self._logits(ids[:batch] if tail else ids, state, flags, split if use_cfg and not tail else None,
+                                   shard)
                 forwards += 0.5 if tail else 1.0
             skip = flags.reuse_first and i == 0
             if skip:
@@ -467,7 +480,7 @@ class URSAPipeline:
             record.step_times_s = timer.durations()
             record.extra["ursa"] = {
                 "batch": batch,
-                "forward_rows": batch * (2 if use_cfg else 1),
+                "forward_rows": batch * (2 if use_cfg and split is None else 1),
                 "text_tokens": text_len,
                 "image_tokens": n_img,
                 "sequence_length": text_len + 1 + n_img,
@@ -479,7 +492,23 @@ class URSAPipeline:
                 "random_stream": "philox" if state.draws.philox is not None else "reference",
                 "guided_steps": sum(self.scheduler.t(i, steps) < guidance_trunc for i in range(steps)) if use_cfg else 0,
             }
+            if split is not None:
+                record.extra["ursa"]["cfg_parallel"] = {"rank": split.rank, "half": "cond" if split.rank == 0 else "uncond"}
+            if shard is not None:
+                record.extra["ursa"]["ulysses"] = {"ranks": shard.world, "positions": list(shard.sizes),
+                                                   "rank": shard.group.rank}
         return x
+
+    def _logits(self, ids: torch.Tensor, state: TokenState, flags: Optimisations, split: Any,
+                shard: SequenceShard | None = None) -> torch.Tensor:
+        """The step's logits of ``ids``; with ``split``, this rank's half of the CFG batch (one batch-B forward,
+        rank 0 the conditional rows) and the other half from the all-gather: the stacked ``[cond; uncond]``."""
+        if split is None:
+            return self.forward_logits(ids, state.pos, state.n_img, flags.lm_head_slice, state.rope, shard)
+        half = ids.shape[0] // 2
+        mine = ids[:half] if split.rank == 0 else ids[half:]
+        cond, uncond = split.all_gather(self.forward_logits(mine, state.pos, state.n_img, flags.lm_head_slice, state.rope))
+        return torch.cat([cond, uncond])
 
     def generate_tokens(
         self,
@@ -528,6 +557,50 @@ class URSAPipeline:
         return frames
 
     # ------------------------------------------------------------------------------------ the call
+    def _seq_group(self, cfg: RunConfig, record: RunRecord | None) -> Any:
+        """``--parallel ulysses=N``: the group the sequence is split over (None otherwise)."""
+        if not cfg.parallel.startswith("ulysses"):
+            return None
+        from ...runtime.parallel import seq_split
+
+        group = seq_split()
+        tcfg = self.transformer.config
+        check_heads(tcfg.num_attention_heads, tcfg.num_key_value_heads, group.world_size)
+        if cfg.compile:
+            raise InputError("--parallel ulysses=N runs its all-to-alls inside each decoder layer, which the "
+                             "regional compile cannot trace; drop --compile.")
+        return group
+
+    def _shard(self, group: Any, state: TokenState, flags: Optimisations, record: RunRecord | None) -> SequenceShard:
+        """This call's split of the sequence over ``group`` (its stretch's rotary table built once with rope-cache)."""
+        tcfg = self.transformer.config
+        shard = SequenceShard(group, stretches(state.ids.shape[1], group.world_size), tcfg.num_attention_heads,
+                              tcfg.num_key_value_heads)
+        if flags.rope_cache:
+            lo, hi = shard.bounds
+            shard.rope = self.transformer.rope(state.pos[lo:hi])
+        if record is not None:
+            record.adapt("attention", f"ulysses: sequence split over {shard.world} ranks "
+                         f"({'+'.join(map(str, shard.sizes))} positions), heads by all-to-all per layer "
+                         f"({group.dist_backend})")
+        return shard
+
+    @staticmethod
+    def _cfg_split(cfg: RunConfig, record: RunRecord | None) -> Any:
+        """``--parallel cfg``: the group the CFG batch's two halves are split over (None otherwise)."""
+        if cfg.parallel != "cfg":
+            return None
+        from ...runtime.parallel import cfg_split
+
+        if not cfg.guidance > 1:
+            raise InputError("--parallel cfg splits the CFG batch's two halves over two ranks; this run has no CFG "
+                             "(--guidance must be above 1).")
+        split = cfg_split()
+        if record is not None:
+            record.adapt("CFG", f"cfg-parallel: conditional half on rank 0, unconditional on rank 1 "
+                         f"({split.dist_backend}, one all-gather of the logits per guided step)")
+        return split
+
     def __call__(
         self,
         cfg: RunConfig | str | list[str] | None = None,
@@ -555,6 +628,8 @@ class URSAPipeline:
         self.set_compile(cfg.compile)  # the one place compile is switched (the reference's call never asks)
         if record is not None:
             self._record_flags(call.flags, record)
+        split = self._cfg_split(cfg, record)
+        seq_group = self._seq_group(cfg, record)
         self.place_transformer(self.device)
 
         # 2. encode prompts
@@ -564,9 +639,10 @@ class URSAPipeline:
         with _phase(record, "denoise", self.backend):
             # 3. prepare tokens
             state = self.prepare_tokens(cond, uncond, call.latent_shape, call.generator, call.flags, cfg.guidance > 1)
+            shard = self._shard(seq_group, state, call.flags, record) if seq_group is not None else None
             # 4. denoise
             x = self.denoise(state, call.steps, cfg.guidance, cfg.guidance_trunc, call.flags, record, call.step_hook,
-                             quiet=cfg.quiet)
+                             quiet=cfg.quiet, split=split, shard=shard)
         tokens = x.view(-1, *call.latent_shape).cpu()
         self.last_tokens = tokens
         if call.output_type == "latent":

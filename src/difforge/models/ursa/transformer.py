@@ -19,6 +19,7 @@ from torch import nn
 from ...ops import OpSet, plain_ops
 from .config import URSATransformerConfig
 from .rope import cos_sin
+from .ulysses import SequenceShard
 
 
 class RMSNorm(nn.Module):
@@ -44,6 +45,8 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(d, cfg.rms_norm_eps, ops)
         self.k_norm = RMSNorm(d, cfg.rms_norm_eps, ops)
         self._ops = ops
+        #: ``--parallel ulysses=N``, during a sharded forward: x holds this rank's rows (see :mod:`.ulysses`)
+        self.shard: SequenceShard | None = None
 
     def forward(self, x: torch.Tensor, rope: object) -> torch.Tensor:
         ops = self._ops[0]
@@ -51,6 +54,10 @@ class Attention(nn.Module):
         k = self.k_norm(self.k_proj(x).unflatten(-1, (-1, self.head_dim)))
         v = self.v_proj(x).unflatten(-1, (-1, self.head_dim))
         q, k = ops.rotary(q, rope), ops.rotary(k, rope)
+        shard = self.shard
+        if shard is not None:  # every row of this rank's heads, attention, back to this rank's rows
+            q, k, v = shard.to_heads(q, k, v)
+            return self.o_proj(shard.to_rows(ops.attention(q, k, v)).flatten(2))
         return self.o_proj(ops.attention(q, k, v).flatten(2))
 
 
@@ -184,10 +191,27 @@ class URSATransformer(nn.Module):
             x = self._layer_fn(layer, x, rope)
         return self.model.norm(x)
 
+    def _sharded_states(self, ids: torch.Tensor, pos: torch.Tensor, shard: SequenceShard) -> torch.Tensor:
+        """:meth:`hidden_states` of this rank's stretch of positions, gathered: ``[B, L, hidden]`` on every rank."""
+        lo, hi = shard.bounds
+        x = self.model.embed_tokens(ids[:, lo:hi].to(self.ops.index_dtype))
+        rope = shard.rope if shard.rope is not None else self.rope(pos[lo:hi], x.dtype)
+        attention = [layer.self_attn for layer in self.model.layers]
+        for a in attention:
+            a.shard = shard
+        try:
+            for layer in self.model.layers:
+                x = self._layer_fn(layer, x, rope)
+        finally:
+            for a in attention:
+                a.shard = None
+        return shard.gather_rows(self.model.norm(x))
+
     def forward(
-        self, ids: torch.Tensor, positions: torch.Tensor, logits_slice: slice | None = None, rope: object | None = None
+        self, ids: torch.Tensor, positions: torch.Tensor, logits_slice: slice | None = None, rope: object | None = None,
+        shard: SequenceShard | None = None,
     ) -> torch.Tensor:
-        x = self.hidden_states(ids, positions, rope)
+        x = self.hidden_states(ids, positions, rope) if shard is None else self._sharded_states(ids, positions, shard)
         if logits_slice is not None:
             x = x[:, logits_slice]
         return self.lm_head(x)
