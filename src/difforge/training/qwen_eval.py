@@ -93,6 +93,30 @@ def evaluate(
     return EvalResult(results, time.perf_counter() - t0)
 
 
+def vae_readback(vae, n: int = 40, seed: int = 0) -> tuple[float, list[str]]:
+    """The VAE's ceiling: the fraction of the ``2 n`` held-out edit pictures (sources and targets,
+    64 px) whose reconstruction ``decode(encode(x).mode())`` the checker reads back as the scene it
+    shows; and a line for each one it misreads."""
+    import torch
+
+    from difforge.shapes.checker import score_caption
+    from difforge.shapes.world import edits, render
+    from difforge.training.qwen_speed import single_frame_convs
+
+    scenes = [s for e in edits(seed, n, split="heldout") for s in (e.source, e.target)]
+    pixels = np.stack([render(s) for s in scenes])
+    x = torch.from_numpy(pixels).permute(0, 3, 1, 2).float().div(127.5).sub(1).unsqueeze(2)
+    with torch.no_grad(), single_frame_convs(vae):
+        rec = torch.cat([vae.decode(vae.encode(x[i : i + 20]).latent_dist.mode()).sample for i in range(0, len(x), 20)])
+    images = ((rec[:, :, 0].clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1).numpy()
+    bad = []
+    for k, (scene, image) in enumerate(zip(scenes, images, strict=True)):
+        s = score_caption(image, scene)
+        if not s.correct:
+            bad.append(f"{k}: {s.detail}")
+    return 1 - len(bad) / len(scenes), bad
+
+
 def contact_sheet(result: EvalResult, path: Path, columns: int = 8) -> Path:
     """Source above result for every edit, a red bar under each wrong one."""
     items = result.items

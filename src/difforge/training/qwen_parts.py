@@ -1,15 +1,23 @@
 """The parts of ``shapes-qwen-edit`` before training: tokenizer, text encoder, VAE, transformer, scheduler.
 
 Every part is a real Qwen-Image-Edit component class (the ones :mod:`difforge.models.qwen_edit.folder`
-accepts), configured small.  Two choices differ from the random-weight ``tiny-qwen-edit`` and why:
+accepts), configured small.  Three choices differ from the random-weight ``tiny-qwen-edit`` and why:
 
 * **tokenizer**: a byte-level BPE (the real Qwen tokenizer's pre-tokenizer and byte alphabet) whose
   merges are learnt from the pipeline's system prompt and every instruction the shapes world can
   write.  Like the real Qwen vocabulary it spells each word as one token, so the template's system
   part is exactly the 64 tokens diffusers drops (``prompt_template_encode_start_idx``) and the
   transformer reads ~17 text tokens instead of ~300 bytes.
-* **VAE**: the real 8x layout with half the width (``base_dim`` 8) and ``z_dim`` 16, so a 64 px
-  picture is an 8x8x16 latent (4x4 packed tokens): cheap enough for the MMDiT to train on 2 CPU cores.
+* **VAE**: the real layout with two down-sampling stages instead of three (``dim_mult`` 1-2-2, 4x),
+  ``base_dim`` 16 and ``z_dim`` 8, so a 64 px picture is a 16x16x8 latent (8x8 packed tokens): each
+  token covers 8 x 8 px of the world's 14-24 px shapes (the first recipe's 8x layout had 4x4 tokens
+  of 16 px each and did not learn to draw them in its budget), and 64 tokens are still cheap for the
+  MMDiT on a CPU.  ``temperal_downsample`` [False, True] as the real one's first stages, so
+  ``vae_scale_factor`` (2 ** its length) is 4.
+* **MMDiT**: 4 layers of 2 heads x 32 (hidden 64): head_dim 32 gives the rotary embedding 8 dims per
+  spatial axis (frequencies 1, 0.1, 0.01, 0.001), enough to tell the 8 token rows / columns apart;
+  with 16 (4 per axis: frequencies 1 and 0.01) an offset of 6 rows rotates by cos 6 = 0.96, almost
+  like no offset.
 
 The text encoder is the tiny Qwen2.5-VL of ``tiny-qwen-edit`` (same seeded random init, frozen): its
 random features still separate the instructions once each word is a token.
@@ -41,12 +49,12 @@ _TEMPLATE_HEAD = "<|im_start|>system\n"
 class Arch:
     """Sizes of the trained parts (the recipe's architecture hyper-parameters)."""
 
-    vae_base_dim: int = 8
-    vae_dim_mult: tuple[int, ...] = (1, 2, 4, 4)
-    z_dim: int = 16
+    vae_base_dim: int = 16
+    vae_dim_mult: tuple[int, ...] = (1, 2, 2)
+    z_dim: int = 8
     layers: int = 4
-    heads: int = 4
-    head_dim: int = 16
+    heads: int = 2
+    head_dim: int = 32
 
     def to_json(self) -> dict:
         return asdict(self)

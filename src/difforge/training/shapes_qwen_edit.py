@@ -9,11 +9,17 @@ difforge's Qwen-Image-Edit loader loads unchanged.  The recipe, all seeded (CPU,
    remove, reshape);
 2. **parts** (:mod:`.qwen_parts`): a BPE tokenizer learnt on the template and the world's words, the
    tiny Qwen2.5-VL text encoder (seeded random init, frozen), a 4x VAE, a small MMDiT;
-3. **VAE**: ``vae_steps`` AdamW steps on random 32 px crops (8 px aligned; the VAE is convolutional,
-   so crops teach it the same edges at a quarter of the cost) of the source and target pictures, L1 +
-   MSE reconstruction from the posterior mean plus ``vae_noise`` Gaussian noise, plus a small L2 on
-   the mean (the pipeline only ever uses the mean: ``sample_mode="argmax"``); the latent mean and std over the data
-   go into the VAE config (``latents_mean`` / ``latents_std``), as the pipeline un-normalises them;
+3. **VAE**: ``vae_steps`` AdamW steps (lr ``vae_lr``, 20 warm-up steps, cosine to 5 %) on random
+   32 px crops (4 px aligned: the VAE is convolutional, so crops teach it the same edges at a quarter
+   of the cost) that always hold a shape, of the source and target pictures; the last ``vae_full``
+   of the steps on whole 64 px pictures.  Loss: L1 + MSE of the (unclamped) decode of the posterior
+   mean, each pixel weighted 1 + ``vae_weight`` within ``vae_near`` px of a shape (the background
+   would dominate a plain mean), plus a small L2 on the mean (the pipeline only ever uses the mean:
+   ``sample_mode="argmax"``); the latent mean and std over the data go into the VAE config
+   (``latents_mean`` / ``latents_std``), as the pipeline un-normalises them.  Then ``dec_steps``
+   steps of the decoder alone on noisy latents (:func:`harden_decoder`), so the MMDiT's small errors
+   still decode to flat shapes; ``--out`` runs then measure the VAE's ceiling with the checker
+   (:func:`.qwen_eval.vae_readback`);
 4. **encode once**: the reference latents (posterior mode, normalised: what
    ``QwenImageEditPipeline._encode_vae_image`` returns), the target latents, and the prompt embeddings
    of each instruction and of the negative prompt ``" "`` through ``pipe.encode_prompt`` with the
@@ -23,10 +29,12 @@ difforge's Qwen-Image-Edit loader loads unchanged.  The recipe, all seeded (CPU,
    ``u ~ U(0,1)`` through the scheduler's dynamic exponential shift for the run's 64 image tokens
    (the grid inference steps on), the noisy target's packed tokens followed by the packed reference
    tokens (``img_shapes`` [(1,8,8), (1,8,8)]), timestep ``s`` (the pipeline passes ``t / 1000``);
-   ``p_uncond`` of the rows get the negative prompt's embedding so true CFG (default 4, negative
+   AdamW ``lr``, ``warmup`` steps, cosine to 5 %, clip 1; ``p_uncond`` of the rows get the negative prompt's embedding so true CFG (default 4, negative
    ``" "``) has a trained unconditional branch;
 6. **save**: ``QwenImageEditPipeline.save_pretrained`` into a temporary sibling folder, plus
-   ``difforge.json`` (64 px reference and output areas), then one rename.
+   ``difforge.json`` (64 px reference and output areas), then one rename;
+7. **evaluate** (unless ``--no-eval``): the 40 held-out edits through the normal engine at fp32 with
+   the run defaults (:func:`.qwen_eval.evaluate`), accuracy overall and per kind.
 """
 
 from __future__ import annotations
@@ -74,18 +82,24 @@ class Recipe:
     """Every hyper-parameter of the recipe (the defaults are what trained the committed weights)."""
 
     seed: int = 0
-    n_edits: int = 600
+    n_edits: int = 2000
     arch: Arch = field(default_factory=Arch)
-    vae_steps: int = 150
+    vae_steps: int = 2000
     vae_batch: int = 8
     vae_crop: int = 32
-    vae_lr: float = 2e-3
-    vae_kl: float = 1e-3
-    vae_noise: float = 0.05
-    steps: int = 300
-    batch: int = 16
-    lr: float = 1e-3
-    warmup: int = 50
+    vae_full: float = 0.1
+    vae_lr: float = 3e-3
+    vae_near: int = 3
+    vae_weight: float = 9.0
+    vae_kl: float = 1e-4
+    vae_noise: float = 0.0
+    dec_steps: int = 500
+    dec_lr: float = 1e-3
+    dec_noise: float = 0.5
+    steps: int = 2500
+    batch: int = 32
+    lr: float = 3e-3
+    warmup: int = 100
     p_uncond: float = 0.1
     encode_batch: int = 64
 
@@ -140,37 +154,122 @@ def decode_unclamped(vae, z: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def shape_weights(images: np.ndarray, near: int, weight: float) -> np.ndarray:
+    """Per-pixel loss weights N x H x W (float32): 1, plus ``weight`` on pixels within ``near`` px of a
+    non-background pixel.  A plain L1 is dominated by the background (a shape covers 5-15 % of a
+    picture), so without the extra weight the decoder learns backgrounds first and shapes last."""
+    bg = images[:, :1, :1]  # the world keeps a margin, so a corner pixel is always background
+    fg = torch.from_numpy((images != bg).any(-1)).float()[:, None]
+    grown = F.max_pool2d(fg, 2 * near + 1, stride=1, padding=near)[:, 0]
+    return (1 + weight * grown).numpy()
+
+
+def _crop_offsets(rng: np.random.Generator, fg: np.ndarray, crop: int, align: int) -> tuple[int, int]:
+    """An ``align``-aligned ``crop`` x ``crop`` window that contains a random shape pixel of ``fg``."""
+    ys, xs = np.nonzero(fg)
+    k = int(rng.integers(len(ys)))
+    out = []
+    for c in (ys[k], xs[k]):
+        lo, hi = -(-max(0, c - crop + 1) // align), min(c, SIZE - crop) // align
+        out.append(int(rng.integers(lo, hi + 1)) * align)
+    return out[0], out[1]
+
+
 def train_vae(vae, data: EditData, r: Recipe, log: Log) -> list[float]:
-    """Reconstruction training on aligned random crops; returns the loss of every step."""
+    """Reconstruction training on aligned random crops that always hold a shape (the last
+    ``vae_full`` fraction of the steps on whole pictures); returns the loss of every step."""
     pool = np.concatenate([data.sources, data.targets])
+    weights = shape_weights(pool, r.vae_near, r.vae_weight)
+    fg = weights > 1
     rng = np.random.default_rng([r.seed, 1])
+    g = torch.Generator().manual_seed(r.seed * 1000 + 4)
     opt = torch.optim.AdamW(vae.parameters(), lr=r.vae_lr, weight_decay=0.0)
     vae.train()
     losses: list[float] = []
     align = 2 ** (len(r.arch.vae_dim_mult) - 1)
     t0 = time.perf_counter()
+    full_from = round(r.vae_steps * (1 - r.vae_full))
     for step in range(r.vae_steps):
-        lr = r.vae_lr * min(1.0, (step + 1) / 20) * 0.5 * (1 + math.cos(math.pi * step / max(1, r.vae_steps)))
-        for g in opt.param_groups:
-            g["lr"] = lr
+        warm = min(1.0, (step + 1) / 20)
+        lr = r.vae_lr * warm * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * step / max(1, r.vae_steps))))
+        for group in opt.param_groups:
+            group["lr"] = lr
         idx = rng.integers(len(pool), size=r.vae_batch)
-        crop = r.vae_crop
-        offs = rng.integers(0, (SIZE - crop) // align + 1, size=(r.vae_batch, 2)) * align
+        crop = SIZE if step >= full_from else r.vae_crop
+        offs = [_crop_offsets(rng, fg[i], crop, align) for i in idx]
         batch = np.stack([pool[i, y : y + crop, x : x + crop] for i, (y, x) in zip(idx, offs, strict=True)])
+        w = torch.from_numpy(
+            np.stack([weights[i, y : y + crop, x : x + crop] for i, (y, x) in zip(idx, offs, strict=True)]))
+        w = w[:, None, None] / w.mean()
         x = to_pixels(batch)
         with single_frame_convs(vae):
             mean = vae.encode(x).latent_dist.mean
-            # decode the mean plus a little fixed noise (robust to the MMDiT's small errors); sampling
-            # the posterior would start from unit variance and bury the signal for hundreds of steps
-            rec = decode_unclamped(vae, mean + r.vae_noise * torch.randn_like(mean))
-        loss = F.l1_loss(rec, x) + F.mse_loss(rec, x) + r.vae_kl * mean.pow(2).mean()
+            noisy = mean
+            if r.vae_noise:
+                noisy = mean + r.vae_noise * mean.detach().std() * torch.randn(mean.shape, generator=g)
+            rec = decode_unclamped(vae, noisy)
+        err = rec - x
+        loss = (w * err.abs()).mean() + (w * err.pow(2)).mean() + r.vae_kl * mean.pow(2).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
         opt.step()
         losses.append(loss.item())
-        if step % 25 == 0 or step == r.vae_steps - 1:
-            log(f"vae {step + 1}/{r.vae_steps} loss {loss.item():.4f} ({time.perf_counter() - t0:.0f}s)")
+        if step % 50 == 0 or step == r.vae_steps - 1:
+            recent = sum(losses[-50:]) / len(losses[-50:])
+            log(f"vae {step + 1}/{r.vae_steps} loss {recent:.4f} lr {lr:.2e} ({time.perf_counter() - t0:.0f}s)")
+    vae.eval()
+    return losses
+
+
+def harden_decoder(vae, data: EditData, r: Recipe, log: Log) -> list[float]:
+    """Teach the decoder (and ``post_quant_conv``) to draw clean pictures from slightly wrong latents:
+    ``dec_steps`` steps with the encoder frozen, decoding the posterior mean plus Gaussian noise of
+    ``U(0, dec_noise)`` times each latent channel's std (the MMDiT's errors, in the normalised units it
+    works in, are of that order).  The encoder does not change, so the latents the MMDiT trains on do
+    not either.  Same crops and loss as :func:`train_vae`; returns the loss of every step."""
+    pool = np.concatenate([data.sources, data.targets])
+    weights = shape_weights(pool, r.vae_near, r.vae_weight)
+    fg = weights > 1
+    rng = np.random.default_rng([r.seed, 3])
+    g = torch.Generator().manual_seed(r.seed * 1000 + 6)
+    with torch.no_grad(), single_frame_convs(vae):
+        sample = vae.encode(to_pixels(pool[rng.integers(len(pool), size=64)])).latent_dist.mean
+    std = sample.transpose(0, 1).reshape(sample.shape[1], -1).std(1).view(1, -1, 1, 1, 1)
+    params = [*vae.decoder.parameters(), *vae.post_quant_conv.parameters()]
+    opt = torch.optim.AdamW(params, lr=r.dec_lr, weight_decay=0.0)
+    vae.train()
+    losses: list[float] = []
+    align = 2 ** (len(r.arch.vae_dim_mult) - 1)
+    t0 = time.perf_counter()
+    for step in range(r.dec_steps):
+        cosine = 0.5 * (1 + math.cos(math.pi * step / max(1, r.dec_steps)))
+        lr = r.dec_lr * min(1.0, (step + 1) / 20) * (0.05 + 0.95 * cosine)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        idx = rng.integers(len(pool), size=r.vae_batch)
+        offs = [_crop_offsets(rng, fg[i], r.vae_crop, align) for i in idx]
+        c = r.vae_crop
+        batch = np.stack([pool[i, y : y + c, x : x + c] for i, (y, x) in zip(idx, offs, strict=True)])
+        w = torch.from_numpy(
+            np.stack([weights[i, y : y + c, x : x + c] for i, (y, x) in zip(idx, offs, strict=True)]))
+        w = w[:, None, None] / w.mean()
+        x = to_pixels(batch)
+        with single_frame_convs(vae):
+            with torch.no_grad():
+                mean = vae.encode(x).latent_dist.mean
+            level = r.dec_noise * torch.rand(len(idx), 1, 1, 1, 1, generator=g)
+            rec = decode_unclamped(vae, mean + level * std * torch.randn(mean.shape, generator=g))
+        err = rec - x
+        loss = (w * err.abs()).mean() + (w * err.pow(2)).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        losses.append(loss.item())
+        if step % 50 == 0 or step == r.dec_steps - 1:
+            recent = sum(losses[-50:]) / len(losses[-50:])
+            log(f"decoder {step + 1}/{r.dec_steps} loss {recent:.4f} lr {lr:.2e} ({time.perf_counter() - t0:.0f}s)")
     vae.eval()
     return losses
 
@@ -338,8 +437,9 @@ def _load_vae(pipe, folder: Path, r: Recipe) -> None:
     from safetensors.torch import load_file
 
     meta = json.loads((Path(folder) / "training.json").read_text(encoding="utf-8"))["recipe"]
-    mine = r.to_json()
-    same = ("seed", "n_edits", "arch", "vae_steps", "vae_batch", "vae_crop", "vae_lr", "vae_kl", "vae_noise")
+    mine = json.loads(json.dumps(r.to_json()))  # tuples as the JSON file's lists
+    same = ("seed", "n_edits", "arch", "vae_steps", "vae_batch", "vae_crop", "vae_full", "vae_lr", "vae_near",
+            "vae_weight", "vae_kl", "vae_noise", "dec_steps", "dec_lr", "dec_noise")
     diff = [k for k in same if meta.get(k) != mine[k]]
     if diff:
         raise SystemExit(f"--vae-from {folder}: its VAE was trained with other {', '.join(diff)}")
@@ -347,9 +447,10 @@ def _load_vae(pipe, folder: Path, r: Recipe) -> None:
     pipe.vae.eval()
 
 
-def train(r: Recipe, log: Log = print, vae_from: Path | None = None) -> tuple[object, dict]:
+def train(r: Recipe, log: Log = print, vae_from: Path | None = None, readback: bool = False) -> tuple[object, dict]:
     """Run the recipe; returns the trained diffusers pipeline and a summary (losses, times, digest).
-    ``vae_from``: take stage 3 from an earlier folder of the same VAE recipe instead of retraining."""
+    ``vae_from``: take stage 3 from an earlier folder of the same VAE recipe instead of retraining;
+    ``readback``: also measure the VAE's ceiling on the held-out edit pictures (``qwen_eval.vae_readback``)."""
     torch.manual_seed(r.seed)
     t0 = time.perf_counter()
     data = make_data(r.seed, r.n_edits)
@@ -357,21 +458,31 @@ def train(r: Recipe, log: Log = print, vae_from: Path | None = None) -> tuple[ob
     pipe = build_pipeline(r)
     if vae_from is None:
         vae_losses = train_vae(pipe.vae, data, r, log)
+        dec_losses = harden_decoder(pipe.vae, data, r, log)
     else:
         _load_vae(pipe, vae_from, r)
-        vae_losses = []
+        vae_losses, dec_losses = [], []
         log(f"vae from {vae_from}")
     t_vae = time.perf_counter() - t0
+    vae_readback = None
+    if readback:
+        from difforge.training.qwen_eval import vae_readback as measure
+
+        vae_readback, bad = measure(pipe.vae)
+        log(f"vae readback: {vae_readback:.1%} of 80 held-out edit pictures read back right" + "".join(
+            f"\n  {b}" for b in bad[:5]))
     enc = encode_data(pipe, data, r, log)
     t_enc = time.perf_counter() - t0
     mmdit_losses = train_transformer(pipe.transformer, pipe.scheduler, enc, r, log)
     summary = {
         "recipe": r.to_json(),
         "data_sha256": data.digest(),
+        "vae_readback": vae_readback,
         "vae_loss_last50": sum(vae_losses[-50:]) / len(vae_losses[-50:]) if vae_losses else None,
         "mmdit_loss_last100": sum(mmdit_losses[-100:]) / max(1, len(mmdit_losses[-100:])),
         "seconds": {"vae": round(t_vae), "encode": round(t_enc - t_vae), "mmdit": round(time.perf_counter() - t0 - t_enc)},
         "vae_losses": vae_losses,
+        "decoder_losses": dec_losses,
         "mmdit_losses": mmdit_losses,
     }
     return pipe, summary
@@ -407,6 +518,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (the budget is 2 cores)")
     parser.add_argument("--vae-from", type=Path, default=None,
                         help="reuse the VAE of an earlier folder trained with the same VAE settings")
+    parser.add_argument("--no-eval", action="store_true",
+                        help="skip the held-out evaluation (40 edits through the normal engine) after saving")
+    parser.add_argument("--summary", type=Path, default=None,
+                        help="write the numbers (losses, times, accuracy) here as JSON")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     r = Recipe(seed=args.seed)
@@ -419,11 +534,30 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(f"[{time.perf_counter() - start:7.1f}s] {msg}", file=sys.stderr, flush=True)
 
-    pipe, summary = train(r, log, vae_from=args.vae_from)
+    pipe, summary = train(r, log, vae_from=args.vae_from, readback=True)
     folder = save(pipe, args.out, summary)
     size = sum(p.stat().st_size for p in folder.rglob("*.safetensors"))
-    log(f"wrote {folder} ({size / 1e6:.2f} MB of safetensors); {summary['seconds']}")
+    summary["safetensors_bytes"] = size
+    summary["cpu_seconds_train"] = round(_cpu_seconds())
+    log(f"wrote {folder} ({size / 1e6:.2f} MB of safetensors); {summary['seconds']}; "
+        f"CPU {summary['cpu_seconds_train']}s")
+    if not args.no_eval:
+        from difforge.training.qwen_eval import evaluate
+
+        result = evaluate(folder)
+        summary["heldout"] = {"correct": sum(i.correct for i in result.items), "n": len(result.items),
+                              "by_kind": result.by_kind(), "seconds": round(result.seconds)}
+        log(f"held-out edits (fp32, run defaults): {result.summary()}")
+    if args.summary is not None:
+        args.summary.write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     return 0
+
+
+def _cpu_seconds() -> float:
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
 
 
 if __name__ == "__main__":
