@@ -62,9 +62,8 @@ def _run(cfg: RunConfig, task: str, images: list[Image.Image] | None) -> RunResu
 def _check_parallel_task(cfg: RunConfig, task: str, batched: bool) -> None:
     if cfg.parallel == "data" and not batched:
         raise InputError("--parallel data shards a --prompt-file over the ranks; give --prompt-file (or call api.batch).")
-    if cfg.parallel.startswith("ulysses") and task != "generate":
-        raise InputError("--parallel ulysses=N is built for URSA's joint sequence (difforge generate); for an edit "
-                         "use --parallel cfg.")
+    if cfg.parallel.startswith("ulysses") and task not in ("generate", "edit"):
+        raise InputError("--parallel ulysses=N is built for difforge generate (URSA) and edit (Qwen-Image-Edit).")
 
 
 def _load_rank(cfg: RunConfig, task: str, record: RunRecord, group: Any) -> Any:

@@ -106,8 +106,8 @@ PerPrompt = Annotated[int, typer.Option(
 AsJson = Annotated[bool, typer.Option("--json", help="Print a machine-readable summary on stdout (nothing else).")]
 ParallelOpt = Annotated[str, typer.Option(
     "--parallel", help="Under torchrun: none, data (--prompt-file sharded over the ranks), cfg (the two CFG "
-                       "branches on 2 ranks: URSA's CFG batch, Qwen-Edit's true CFG) or ulysses=N (URSA's sequence "
-                       "over N ranks); see docs/parallel.md.")]
+                       "branches on 2 ranks: URSA's CFG batch, Qwen-Edit's true CFG) or ulysses=N (the sequence over "
+                       "N ranks: URSA's, Qwen-Edit's through diffusers' context parallelism); see docs/parallel.md.")]
 
 
 def _config_file(ctx: typer.Context, value: Path | None) -> Path | None:

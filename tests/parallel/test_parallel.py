@@ -5,6 +5,8 @@
 * cfg: URSA's CFG batch split over 2 ranks gives one process's token ids exactly; Qwen-Image-Edit's two
   true-CFG branches on 2 ranks end in the same latents as one process's batched-CFG run within the
   tolerance batched CFG itself is held to (1e-5, ``test_perf_exact.py``);
+* ulysses: Qwen-Image-Edit's sequence over 2 ranks through diffusers' context parallelism ends in one
+  process's latents within the same tolerance (URSA's ulysses: one process's token ids exactly);
 * a failing rank ends both processes with one line (exit 1; 2 for bad input) and no output file;
 * without torchrun, ``--parallel`` is refused with one line naming the torchrun command.
 
@@ -213,6 +215,87 @@ def test_cfg_parallel_equals_one_process(tmp_path: Path) -> None:
     rec = json.loads((tmp_path / "out" / "run.json").read_text(encoding="utf-8"))
     assert any(a["what"] == "true CFG" and "cfg-parallel" in a["choice"] for a in rec["adaptations"])
     assert rec["extra"]["forwards_per_step"] == 1
+
+
+def _one_process_edit(picture: Path, **options: object) -> tuple[torch.Tensor, np.ndarray]:
+    """tiny-qwen-edit in this process, one thread (as the ranks run), ``--parallel none`` (batched CFG): its
+    final latents and pixels."""
+    from difforge import engine
+    from difforge.runtime.images import load_images
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        cfg = RunConfig(model="tiny-qwen-edit", prompt="make it blue", images=[str(picture)], steps=QWEN_STEPS,
+                        height=64, width=64, device="cpu", quiet=True, **options)  # type: ignore[arg-type]
+        pipe = api.load_pipeline("tiny-qwen-edit", "cpu", cfg=cfg, task="edit")
+        seen: list[torch.Tensor] = []
+        decode = pipe.decode
+        pipe.decode = lambda lat, h, w: (seen.append(lat.detach().cpu().clone()), decode(lat, h, w))[1]
+        result = engine.run_pipeline(pipe, cfg, images=load_images(cfg.images))
+    finally:
+        torch.set_num_threads(threads)
+    return seen[-1], np.asarray(result.images[0])
+
+
+@pytest.mark.parametrize("extra", [[], ["--disable", "real-rope"]])
+def test_edit_ulysses_equals_one_process(tmp_path: Path, extra: list[str]) -> None:
+    """Qwen-Image-Edit's sequence over 2 ranks through diffusers' context parallelism (Ulysses all-to-all in
+    every block; text of 299 and 288 tokens, so the split is uneven): both ranks end in the same latents, which
+    equal one batched-CFG process's within the tolerance batched CFG is held to.  With difforge's real-valued
+    RoPE tables (its own plan entry for them) and with diffusers' complex ones (the model's plan as it is)."""
+    picture = tmp_path / "in.png"
+    Image.fromarray((np.arange(64 * 64 * 3).reshape(64, 64, 3) % 251).astype(np.uint8)).save(picture)
+    args = ["edit", "--model", "tiny-qwen-edit", "-i", str(picture), "-p", "make it blue", "--steps", str(QWEN_STEPS),
+            "--height", "64", "--width", "64", "--device", "cpu", "-q", *extra]
+    results = _launch([*args, "--parallel", "ulysses=2", "-o", "out/e.png", "--record", "out/run.json"], tmp_path,
+                      DIFFORGE_TEST_LATENTS=str(tmp_path / "latents"))
+    assert [code for code, _, _ in results] == [0, 0], results
+    assert _files(tmp_path / "out") == ["e.png", "run.json"]  # rank 0 wrote; rank 1 nothing
+    lat0, lat1 = (torch.load(tmp_path / f"latents.rank{r}") for r in (0, 1))
+    assert torch.equal(lat0, lat1)  # proj_out's gather gives both ranks the whole prediction
+
+    reference, pixels = _one_process_edit(picture, disable=["real-rope"] if extra else [])
+    diff = (reference - lat0).abs().max().item()
+    print(f"edit ulysses=2 {extra} vs one batched-CFG process: max abs latent diff {diff:.3g}")
+    assert diff <= EXACT_TOL
+    shown = np.asarray(Image.open(tmp_path / "out" / "e.png")).astype(int)
+    assert np.abs(shown - pixels.astype(int)).max() <= 1  # the same picture (a rounding step at most)
+    rec = json.loads((tmp_path / "out" / "run.json").read_text(encoding="utf-8"))
+    assert any(a["what"] == "sequence parallel" and a["choice"].startswith("ulysses: diffusers context parallelism "
+                                                                            "over 2 ranks") for a in rec["adaptations"])
+    assert rec["extra"]["forwards_per_step"] == 2  # true CFG as two calls, each split over both ranks
+    par = rec["extra"]["parallel"]
+    assert (par["mode"], par["dist_backend"], [r["rank"] for r in par["ranks"]]) == ("ulysses=2", "gloo", [0, 1])
+    assert all(len(r["step_times_s"]) == QWEN_STEPS for r in par["ranks"])
+    print(f"edit ulysses=2 median step: rank 0 {sorted(par['ranks'][0]['step_times_s'])[QWEN_STEPS // 2] * 1e3:.1f} ms")
+
+
+def test_edit_ulysses_refusals(tmp_path: Path) -> None:
+    """One line each, before any collective: --compile, --fast caches, more ranks than heads, an attention
+    override; and a split pipeline refuses a run of another layout."""
+    from difforge.models.qwen_edit import ulysses
+    from difforge.models.qwen_edit.loop import SpeedOptions
+
+    cfg = RunConfig(model="tiny-qwen-edit", device="cpu", quiet=True)
+    pipe = api.load_pipeline("tiny-qwen-edit", "cpu", cfg=cfg, task="edit")
+    transformer = pipe.pipe.transformer
+    ulysses.check(transformer, 2, SpeedOptions())  # tiny-qwen-edit: 3 heads, 2 ranks (padded to 4)
+    with pytest.raises(InputError, match="--compile"):
+        ulysses.check(transformer, 2, SpeedOptions(compile=True))
+    with pytest.raises(InputError, match="first-block-cache"):
+        ulysses.check(transformer, 2, SpeedOptions.parse(fast=["first-block-cache"]))
+    with pytest.raises(InputError, match="3 attention heads, fewer than 4 ranks"):
+        ulysses.check(transformer, 4, SpeedOptions())
+    override = api.load_pipeline("tiny-qwen-edit", "cpu", cfg=cfg, task="edit",
+                                 op_overrides={"attention": torch.nn.functional.scaled_dot_product_attention})
+    with pytest.raises(InputError, match="attention override"):
+        ulysses.check(override.pipe.transformer, 2, SpeedOptions())
+    setattr(transformer, ulysses.MARK, (2, True))  # as enable() leaves it
+    with pytest.raises(InputError, match="split for --parallel ulysses=2"):
+        pipe.configure(cfg)
+    with pytest.raises(InputError, match="runs under torchrun"):
+        pipe.denoiser(dataclasses.replace(cfg, parallel="ulysses=2"))
 
 
 def _one_process_ursa(steps: int, **options: object) -> tuple[torch.Tensor, np.ndarray]:

@@ -270,7 +270,7 @@ def seq_split() -> Group:
     """The group a ``--parallel ulysses=N`` forward splits its sequence over (rank r: the r-th stretch)."""
     group = _ACTIVE
     if group is None or not group.mode.startswith("ulysses"):
-        raise InputError("--parallel ulysses=N runs under torchrun through difforge generate (or api.generate/api.batch).")
+        raise InputError("--parallel ulysses=N runs under torchrun through difforge generate/edit (or api.generate/api.edit/api.batch).")
     return group
 
 

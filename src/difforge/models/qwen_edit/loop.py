@@ -205,9 +205,14 @@ def combine_cfg(cond: Tensor, uncond: Tensor, true_cfg: float) -> Tensor:
 class Denoiser:
     """The transformer side of one denoising step: conditional/unconditional calls and the combine."""
 
-    def __init__(self, transformer: torch.nn.Module, batched_cfg: bool = True, split: Any = None) -> None:
+    def __init__(self, transformer: torch.nn.Module, batched_cfg: bool = True, split: Any = None,
+                 sequence: Any = None) -> None:
         self.transformer = transformer
         self.batched_cfg = batched_cfg
+        #: ``--parallel ulysses=N``: the group whose ranks split every call's sequence (diffusers' context
+        #: parallelism, :mod:`.ulysses`); a status header before each step, so no rank starts a call's
+        #: collectives when a peer has given up between calls.
+        self.sequence = sequence
         #: ``--parallel cfg``: the group (``.rank``, ``.all_gather``) whose rank 0 runs the conditional
         #: branch and rank 1 the unconditional; one gather per step, the same combine on both ranks.
         self.split = split
@@ -236,6 +241,8 @@ class Denoiser:
     def velocity(self, p: Prepared, latents: Tensor, t: Tensor, true_cfg: float) -> Tensor:
         """The (true-CFG combined, norm-rescaled) velocity at timestep ``t`` - what the scheduler steps with."""
         transformer = self.transformer
+        if self.sequence is not None:
+            self.sequence.check()
         n = latents.shape[1]
         if p.do_cfg and self.batched_cfg:
             batch = self.cfg_batch(p)

@@ -96,6 +96,7 @@ class QwenEditPipeline:
                                            "offload": offload, "vae_tiling": vae_tiling}
         self._released = False  # before-decode moved the transformer and text encoder to the host
         self._prepared: Prepared | None = None
+        self._ulysses = ""  # --parallel ulysses=N: what the record says about the split
 
     # ---- loading ------------------------------------------------------------------------------
     @classmethod
@@ -156,6 +157,12 @@ class QwenEditPipeline:
         plan itself is one of ``config.OFFLOAD_PLANS`` (``RunConfig.validate`` refuses any other).
         """
         run = SpeedOptions.from_config(cfg)
+        from .ulysses import split_for
+
+        split = split_for(self.pipe.transformer)
+        if split is not None and (cfg.parallel != f"ulysses={split[0]}" or run.real_rope != split[1]):
+            raise InputError(f"This pipeline's transformer is split for --parallel ulysses={split[0]} (diffusers' "
+                             "context parallelism); reload the pipeline to run it another way.")
         if run.compile != self.options.compile:
             loaded, asked = ("with", "without") if self.options.compile else ("without", "with")
             raise InputError(f"This pipeline was loaded {loaded} --compile; reload the pipeline to run {asked} it.")
@@ -302,6 +309,14 @@ class QwenEditPipeline:
             from ...runtime.parallel import cfg_split
 
             split = cfg_split()
+        if cfg.parallel.startswith("ulysses"):  # diffusers' context parallelism; CFG as two calls (no masks)
+            from ...runtime.parallel import seq_split
+            from . import ulysses
+
+            group = seq_split()
+            ulysses.check(self.pipe.transformer, group.world_size, SpeedOptions.from_config(cfg))
+            self._ulysses = ulysses.enable(self.pipe.transformer, group)
+            return Denoiser(self.pipe.transformer, batched_cfg=False, sequence=group)
         return Denoiser(self.pipe.transformer, batched_cfg=SpeedOptions.from_config(cfg).batched_cfg, split=split)
 
     def _denoise(
@@ -315,6 +330,9 @@ class QwenEditPipeline:
                                  "(--true-cfg must be above 1).")
             record.adapt("true CFG", f"cfg-parallel: conditional on rank 0, unconditional on rank 1 "
                          f"({denoiser.split.dist_backend}, one all-gather per step)")
+        if denoiser.sequence is not None:
+            record.adapt("sequence parallel", self._ulysses,
+                         detail="true CFG as two calls per step (a padded batch would need a mask split over ranks)")
         timer = StepTimer(self.backend)
 
         def on_step(i: int, latents: Tensor, t: Tensor, velocity: Tensor, stepped: Tensor) -> None:
