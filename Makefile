@@ -25,7 +25,7 @@ MSPROBE_TESTS := tests/validate/test_msprobe.py
 
 .PHONY: demo test test-parity test-msprobe msprobe-venv lint bench-tiny clean venv train-shapes
 
-# Retrain the committed shapes models (seeded; <= 30 min on 2 CPU cores; CI never trains).
+# Retrain the shapes models (seeded, CPU; docs/shapes-training.md has the times; CI never trains).
 SHAPES_WEIGHTS := src/difforge/models/weights
 
 venv: $(STAMP)

@@ -160,7 +160,7 @@ def test_cli_usage_error_keeps_exit_code_2(tmp_path: Path, monkeypatch: pytest.M
 def _validate(fault: str, out: Path, report: Path) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "tests.validate.fault_cli", fault, "--", "validate", "--model", "tiny-ursa",
            "--device", "cpu", "--dtype", "bfloat16", "--quick", "--height", "32", "--width", "32",
-           "--rounds", "1", "--warmup", "0", "--quiet", "--out", str(out)]
+           "--rounds", "1", "--warmup", "0", "--quiet", "--no-speed-table", "--out", str(out)]
     env = {**os.environ, "DIFFORGE_FAULT_REPORT": str(report), "PYTHONPATH": str(ROOT)}
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
 

@@ -27,7 +27,7 @@ TINY = {"steps": 2, "height": 32, "width": 32}
 
 def _opts(out: Path, model: str = "tiny-ursa", **kw: Any) -> ValidateOptions:
     base: dict[str, Any] = {"device": "cpu", "dtype": "bfloat16", "quick": True, "quiet": True, "rounds": 1,
-                            "warmup": 0, **TINY}
+                            "warmup": 0, "speed_table": False, **TINY}
     return ValidateOptions(model=model, out=out, **{**base, **kw})
 
 

@@ -24,6 +24,7 @@ from .ladder_run import run_validation
 
 def _opts(model: str, out: Path, **kw: Any) -> ValidateOptions:
     kw.setdefault("dtype", "bfloat16")
+    kw.setdefault("speed_table", False)
     return ValidateOptions(model=model, device="cpu", quick=True, out=out, quiet=True, rounds=1, warmup=0, **kw)
 
 

@@ -110,3 +110,29 @@ def test_a_bad_prompt_set_is_refused_before_anything_runs(tmp_path: Path) -> Non
         run_validation(ValidateOptions(model="tiny-ursa", device="cpu", dtype="bfloat16", quick=True,
                                        out=tmp_path / "r", quiet=True, prompt_set=str(bad)))
     assert not (tmp_path / "r").exists()
+
+
+# ---- on the committed trained model: the rung passes a clean port and fails one that loses meaning ------
+def _shapes_ursa(out: Path) -> list[str]:
+    return ["validate", "--model", "shapes-ursa", "--device", "cpu", "--dtype", "bfloat16", "--quick", "--seed", "0",
+            "--rounds", "1", "--warmup", "0", "--no-speed-table", "--quiet", "--out", str(out)]
+
+
+@pytest.mark.parametrize("fault, verdict", [("none", "PASS"), ("embedding_shift", "FAIL")])
+def test_shapes_ursa_semantic_rung_passes_clean_and_fails_shifted_embeddings(tmp_path: Path, fault: str,
+                                                                            verdict: str) -> None:
+    """bfloat16 on the CPU against float32, the held-out captions (--quick: 4).  ``embedding_shift`` reads
+    every embedding row one id off (a caption word becomes the next word of the vocabulary, an image
+    token the next code): the numbers of such a port can stay near the floor, its pictures cannot."""
+    from .fault_cli import main as fault_main
+
+    code = fault_main([fault, "--", *_shapes_ursa(tmp_path / "r")])
+    data = json.loads((tmp_path / "r" / "report.json").read_text())
+    sem = data["rungs"]["semantic"]
+    assert sem["verdict"] == verdict, sem["summary"]
+    assert sem["data"]["n"] == 4 and sem["data"]["reference_correct"] >= 3  # the reference draws the set
+    if verdict == "PASS":
+        assert sem["data"]["device_correct"] >= 3
+    else:
+        assert sem["data"]["device_lost"] > sem["data"]["floor_lost"] + 2 * sem["data"]["allowance"]
+        assert data["verdict"] == "FAIL" and code == 1

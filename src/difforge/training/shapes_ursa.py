@@ -44,6 +44,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
+from ..models.checkpoint import SETTINGS_FILE
 from ..models.ursa.config import URSATransformerConfig, VQConfig
 from ..models.ursa.rope import positions
 from ..models.ursa.tiny import (
@@ -53,6 +54,7 @@ from ..models.ursa.tiny import (
 )
 from ..models.ursa.transformer import URSATransformer
 from ..models.ursa.vae import AutoencoderVQ, to_uint8
+from ..shapes.world import Scene
 from . import ursa_data as data_mod
 from .ursa_text import build_tokenizer
 
@@ -66,13 +68,15 @@ class Recipe:
     """Every number of the recipe (the defaults are the committed model's)."""
 
     seed: int = 0
-    images: int = 12000  # train-split scenes (the transformer's dataset)
+    images: int = 4000  # placed train-split scenes (the VQ decoder's and encoder's dataset)
+    item_size: int = 24  # the transformer's scenes: one centred item of this size per train combination
     vae_channels: tuple[int, ...] = (64, 64, 64)  # stride 4; 2 channels per GroupNorm group (1 would erase flat colours)
     latent_channels: int = 32
-    vae_steps: int = 1200
-    vae_batch: int = 4
-    vae_crop: int = 8  # decoder steps paint a random 8 x 8-cell crop (32 x 32 px) ...
+    vae_steps: int = 1000
+    vae_batch: int = 8
+    vae_crop: int = 8  # decoder steps paint an 8 x 8-cell crop (32 x 32 px) holding the item ...
     vae_full_fraction: float = 0.1  # ... except the last tenth, which paints whole 64 x 64 pictures
+    vae_shape_weight: float = 9.0  # extra L1 weight near the shape (see _shape_weight)
     vae_lr: float = 3e-3
     encoder_steps: int = 40
     encoder_batch: int = 4
@@ -80,7 +84,7 @@ class Recipe:
     intermediate: int = 192
     layers: int = 3
     rope_theta: float = 10000.0
-    steps: int = 600
+    steps: int = 2500
     batch: int = 16
     lr: float = 3e-3
     warmup: int = 20
@@ -88,6 +92,7 @@ class Recipe:
     full_text_fraction: float = 0.07
     bg_rows: int = 256  # background rows scored per sample (every other image row is; weighted to the mean)
     drop_caption: float = 0.1
+    shape_row_weight: float = 2.0  # loss weight of rows whose target is a shape code (outlines decide the shape)
     weight_decay: float = 0.01
 
 
@@ -120,7 +125,30 @@ def _to_unit(images: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(images).permute(0, 3, 1, 2).float().div(127.5).sub(1)
 
 
-def train_vq(recipe: Recipe, codes: np.ndarray, images: np.ndarray, log: Log,
+def _crop_origin(scene: Scene, crop: int, grid: int, gen: torch.Generator) -> tuple[int, int]:
+    """A random ``crop`` x ``crop``-cell window (row, column of its corner) that holds the scene's item
+    with, where the grid allows, a ring of background cells around it: a random crop of a 64 px
+    picture often holds no shape at all, and those steps teach the decoder nothing about outlines."""
+    left, top, right, bottom = scene.items[0].box()
+    cell = data_mod.CELL
+
+    def pick(first: int, last: int) -> int:
+        lo = min(max(0, last - crop + 2), grid - crop)
+        hi = max(min(grid - crop, first - 1), lo)
+        return int(torch.randint(lo, hi + 1, (1,), generator=gen))
+
+    return pick(top // cell, (bottom - 1) // cell), pick(left // cell, (right - 1) // cell)
+
+
+def _shape_weight(pictures: np.ndarray, extra: float) -> torch.Tensor:
+    """``[B, 1, H, W]`` loss weights of whole pictures: 1, plus ``extra`` on pixels within 3 px of a
+    pixel unlike the picture's corner (the world keeps items off the corners, so that is background).  The shape covers about 8 % of a picture, so a plain L1 is
+    mostly background and the first decoder learnt to paint no shapes at all (5 % read back)."""
+    fg = torch.from_numpy(~(pictures == pictures[:, :1, :1]).all(-1)).float()[:, None]
+    return 1 + extra * F.max_pool2d(fg, 7, 1, 3)
+
+
+def train_vq(recipe: Recipe, codes: np.ndarray, images: np.ndarray, scenes_: list[Scene], log: Log,
              gen: torch.Generator) -> tuple[AutoencoderVQ, list[float], list[float]]:
     """The VQ autoencoder: fixed codebook (the code vectors), decoder trained to paint codes, encoder to read them."""
     cfg = vq_config(recipe)
@@ -133,21 +161,27 @@ def train_vq(recipe: Recipe, codes: np.ndarray, images: np.ndarray, log: Log,
     dec_losses: list[float] = []
     t0 = time.perf_counter()
     n, grid = len(codes), codes.shape[1]
+    pictures = np.stack([data_mod.render_codes(c) for c in codes])  # what each grid stands for
+    weights = _shape_weight(pictures, recipe.vae_shape_weight)
     full_from = recipe.vae_steps - int(round(recipe.vae_full_fraction * recipe.vae_steps))
+    cell = data_mod.CELL
     for step in range(recipe.vae_steps):
         idx = torch.randint(0, n, (recipe.vae_batch,), generator=gen).numpy()
         crop = grid if step >= full_from else recipe.vae_crop
-        r0, c0 = (int(v) for v in torch.randint(0, grid - crop + 1, (2,), generator=gen))
-        grids = codes[idx][:, r0 : r0 + crop, c0 : c0 + crop]
-        # the target is cut from the whole grid's picture (its background is the whole grid's)
-        cell = data_mod.CELL
-        target = _to_unit(np.stack([data_mod.render_codes(codes[i])[r0 * cell : (r0 + crop) * cell,
-                                                                     c0 * cell : (c0 + crop) * cell]
-                                    for i in idx]))
-        ids = torch.from_numpy(np.ascontiguousarray(grids)).unsqueeze(1)  # [B, 1, h, w]
+        ids_rows, targets, weight_rows = [], [], []
+        for i in idx:
+            r0, c0 = _crop_origin(scenes_[i], crop, grid, gen)
+            ys, xs = slice(r0 * cell, (r0 + crop) * cell), slice(c0 * cell, (c0 + crop) * cell)
+            ids_rows.append(codes[i][r0 : r0 + crop, c0 : c0 + crop])
+            # the target is cut from the whole grid's picture (its background is the whole grid's)
+            targets.append(pictures[i][ys, xs])
+            weight_rows.append(weights[i][:, ys, xs])
+        target = _to_unit(np.stack(targets))
+        weight = torch.stack(weight_rows)
+        ids = torch.from_numpy(np.stack(ids_rows)).unsqueeze(1)  # [B, 1, h, w]
         for group in opt.param_groups:
             group["lr"] = _lr(step, recipe.vae_steps, recipe.vae_lr, 20)
-        loss = (vae.decode(ids) - target).abs().mean()
+        loss = ((vae.decode(ids) - target).abs() * weight).mean() / weight.mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -294,7 +328,9 @@ def train_transformer(recipe: Recipe, codes: np.ndarray, text: TextBatch, codebo
         h = model.hidden_states(ids, pos)[:, text_len : text_len + n_img]  # row bov+j predicts image token j
         rows, weight = _scored_rows(x1, recipe.bg_rows, gen)
         logits = model.lm_head(h.flatten(0, 1)[rows])
-        loss = (F.cross_entropy(logits, x1.flatten()[rows], reduction="none") * weight).sum() / x1.numel()
+        target = x1.flatten()[rows]
+        weight = torch.where(target >= data_mod.N_COLOURS, weight * recipe.shape_row_weight, weight)
+        loss = (F.cross_entropy(logits, target, reduction="none") * weight).sum() / weight.sum()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -344,6 +380,8 @@ def write_folder(folder: Path, tok: Any, tcfg: URSATransformerConfig, model: URS
     _write_json(folder / "vae" / "config.json", v_config)
     save_file({k: v.contiguous() for k, v in vae.state_dict().items()},
               str(folder / "vae" / "diffusion_pytorch_model.safetensors"), metadata={"format": "pt"})
+    # the world's pictures are 64 x 64: runs without --height/--width get that size (models/ursa/loader.py)
+    _write_json(folder / SETTINGS_FILE, {"default_height": 64, "default_width": 64})
     # the scheduler reads its codebook in float16 whatever the file holds, so it is stored so
     _write_scheduler_and_index(folder, vae.quantizer.embedding.weight.detach().to(torch.float16), "AutoencoderVQ")
     if (folder / "scheduler" / "scheduler_config.json").is_file():  # pin the path this recipe trained on
@@ -422,14 +460,17 @@ def train(recipe: Recipe, log: Log = say, check_decoder: bool = True) -> Trained
     codes = data_mod.encode_dataset(data)
     tok = build_tokenizer()
     lm_vocab = tok.get_vocab_size(with_added_tokens=True)
-    text = TextBatch(encode_captions(data.captions, tok), tok.token_to_id("<|endoftext|>"),
+    canon = data_mod.canonical_dataset(item_size=recipe.item_size)
+    canon_codes = data_mod.encode_dataset(canon)
+    text = TextBatch(encode_captions(canon.captions, tok), tok.token_to_id("<|endoftext|>"),
                      tok.token_to_id("<|vision_start|>"))
     times["data+codebook"] = time.perf_counter() - t0
-    log(f"data: {recipe.images} scenes, codebook {data_mod.CODEBOOK} codes "
+    log(f"data: {recipe.images} placed scenes (VQ), {len(canon.captions)} canonical captions (transformer), "
+        f"codebook {data_mod.CODEBOOK} codes "
         f"({times['data+codebook']:.1f}s)")
 
     t0 = time.perf_counter()
-    vae, dec_losses, enc_losses = train_vq(recipe, codes, data.images, log,
+    vae, dec_losses, enc_losses = train_vq(recipe, codes, data.images, data.scenes, log,
                                            torch.Generator().manual_seed(10 * recipe.seed + 1))
     if check_decoder:
         log(f"  vq decoder: the checker reads {decoder_accuracy(vae):.1%} of 40 held-out scenes' true codes back")
@@ -437,7 +478,7 @@ def train(recipe: Recipe, log: Log = say, check_decoder: bool = True) -> Trained
 
     t0 = time.perf_counter()
     codebook = vae.quantizer.embedding.weight.detach().to(torch.float16)  # the scheduler keeps it float16
-    model, losses = train_transformer(recipe, codes, text, codebook, lm_vocab, log,
+    model, losses = train_transformer(recipe, canon_codes, text, codebook, lm_vocab, log,
                                       torch.Generator().manual_seed(10 * recipe.seed + 2))
     times["transformer"] = time.perf_counter() - t0
     return Trained(tok, model, vae, losses, dec_losses, enc_losses, times)
