@@ -65,3 +65,11 @@ def test_demo_contact_sheet_marks_each_tile(tmp_path: Path) -> None:
     sheet, correct, n = captions_sheet(tmp_path, "cpu", n=2)
     assert n == 2 and 0 <= correct <= 2 and sheet.is_file()
     assert Image.open(sheet).size[0] >= 2 * 64
+
+
+def test_validate_prompts_of_a_trained_caption_model_are_its_own() -> None:
+    """The family's prompts are words shapes-ursa never saw; validate uses its held-out captions instead."""
+    from difforge.models.registry import validation_prompts
+
+    assert validation_prompts("shapes-ursa") == [i.prompt for i in heldout_caption_set(3).items]
+    assert validation_prompts("tiny-ursa") is None and validation_prompts("tiny-qwen-edit") is None

@@ -13,7 +13,7 @@ from typing import Any
 from ..errors import DifforgeError, ModelFamilyError, ModelNotFoundError
 from .families import QWEN_EDIT, QWEN_EDIT_PLUS, TASK_FAMILIES, URSA, detect_family
 from .tiny import TINY_MODELS, ensure_tiny
-from .trained import TRAINED_MODELS, default_prompt_set, trained_path
+from .trained import TRAINED_MODELS, default_prompt_set, default_prompts, trained_path
 
 #: Every built-in name: the random-weight tiny models (built on demand) and the trained ones (committed).
 BUILT_IN = {**TINY_MODELS, **TRAINED_MODELS}
@@ -113,3 +113,9 @@ def prompt_set_for(model: str, n: int) -> Any:
     """The semantic rung's default prompt set for ``--model`` (a :class:`~difforge.shapes.prompts.PromptSet`
     of ``n`` items), or None when the model has none."""
     return default_prompt_set(model, n)
+
+
+def validation_prompts(model: str) -> list[str] | None:
+    """validate's default prompts for ``--model`` when it has its own (the trained caption models), else None."""
+    return default_prompts(model)
+

@@ -38,3 +38,19 @@ def default_prompt_set(name: str, n: int) -> PromptSet | None:
     if name == "shapes-qwen-edit":
         return heldout_edit_set(n)
     return None
+
+
+#: How many of a trained caption model's held-out captions validate uses as its prompts (the family's).
+VALIDATION_PROMPTS = 3
+
+
+def default_prompts(name: str) -> list[str] | None:
+    """validate's prompts for built-in ``name`` when ``--prompts`` is not given: a caption model trained
+    on the shapes world gets the first held-out captions, since the family's own prompts (URSA's seed
+    report sentences) are words it never saw - its picture for them is chance, and a chance picture
+    compared once with the reference measures sampling luck, not the port; None: the family's."""
+    pset = default_prompt_set(name, VALIDATION_PROMPTS)
+    if pset is None or pset.kind != "caption":
+        return None
+    return [item.prompt for item in pset.items]
+

@@ -22,7 +22,14 @@ from .. import engine
 from ..config import RunConfig
 from ..devices import DTYPES, Backend, dtype_name, get_backend
 from ..errors import DtypeError, InputError, SizeError
-from ..models.registry import family_of, probe_class, probe_for, prompt_set_for, same_stream_names
+from ..models.registry import (
+    family_of,
+    probe_class,
+    probe_for,
+    prompt_set_for,
+    same_stream_names,
+    validation_prompts,
+)
 from ..runtime.atomic import atomic_save
 from ..runtime.images import load_images, test_picture
 from ..runtime.record import RunRecord
@@ -109,7 +116,8 @@ class Ladder:
         self.ref_dtype: torch.dtype = self.ref_backend.resolve_dtype(ref_dtype)
         self.family = family_of(options.model)
         self.probe_type = probe_class(self.family)
-        self.prompts = read_prompts(options.prompts) if options.prompts else list(self.probe_type.default_prompts)
+        self.prompts = (read_prompts(options.prompts) if options.prompts else
+                        validation_prompts(options.model) or list(self.probe_type.default_prompts))
         #: What --quick lowered ("steps 25 -> 4" ...), only what it changed; the report lists it.
         self.quick_reductions: list[str] = []
         if self.quick:
