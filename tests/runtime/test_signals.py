@@ -49,8 +49,8 @@ def test_an_ignored_signal_stays_ignored() -> None:
 
 @posix_only
 def test_deferred_signals_hold_ctrl_c_until_the_section_ends() -> None:
-    # Python's own Ctrl-C handler, whatever an earlier test in this worker process left installed (a CI run
-    # once saw Ctrl-C ignored here after the parallel and trained-model tests had run in the same worker)
+    # Python's own Ctrl-C handler, whatever the process inherited: a suite started as a background job of a
+    # shell without job control inherits SIGINT ignored (POSIX), and Python then keeps it ignored
     before = signal.signal(signal.SIGINT, signal.default_int_handler)
     reached_end = False
     try:
