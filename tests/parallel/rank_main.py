@@ -2,7 +2,8 @@
 
 Read here only, never by difforge: ``DIFFORGE_TEST_FAIL_RANK=R`` makes rank R's URSA decode and
 Qwen-Edit transformer call raise (a failing rank; ``DIFFORGE_TEST_FAIL_AFTER=N``: the first N URSA decodes
-still succeed); ``DIFFORGE_TEST_LATENTS=PATH`` saves the final
+still succeed; ``DIFFORGE_TEST_FAIL_BLOCK=K``: the Qwen-Edit call raises in its K-th transformer block
+instead, half-way through the call, after the earlier blocks' all-to-alls); ``DIFFORGE_TEST_LATENTS=PATH`` saves the final
 Qwen-Edit latents of each run to ``PATH.rank<R>`` (so a test compares them with one process's);
 ``DIFFORGE_TEST_REFERENCE=PATH``: after a successful run, rank 0 runs the same edit once more on the
 pipeline it loaded, as a one-process run (``--parallel none``: batched CFG, no group), and saves its
@@ -35,7 +36,22 @@ def _install_hooks() -> None:
             return decode(self, *args, **kwargs)
 
         URSAPipeline.decode = failing_decode  # type: ignore[method-assign]
-        loop.Denoiser._call = broken  # type: ignore[method-assign]
+        block = os.environ.get("DIFFORGE_TEST_FAIL_BLOCK")
+        if block is None:
+            loop.Denoiser._call = broken  # type: ignore[method-assign]
+        else:
+            from diffusers.models.transformers.transformer_qwenimage import QwenImageTransformerBlock
+
+            calls = [int(block)]  # block calls that still succeed
+            forward = QwenImageTransformerBlock.forward
+
+            def failing_block(self, *args: object, **kwargs: object) -> object:  # noqa: ANN001
+                calls[0] -= 1
+                if calls[0] < 0:
+                    broken()
+                return forward(self, *args, **kwargs)
+
+            QwenImageTransformerBlock.forward = failing_block  # type: ignore[method-assign]
     loads = os.environ.get("DIFFORGE_TEST_LOADS")
     if loads:
         from difforge import engine

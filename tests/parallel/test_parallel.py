@@ -271,6 +271,28 @@ def test_edit_ulysses_equals_one_process(tmp_path: Path, extra: list[str]) -> No
     print(f"edit ulysses=2 median step: rank 0 {sorted(par['ranks'][0]['step_times_s'])[QWEN_STEPS // 2] * 1e3:.1f} ms")
 
 
+@pytest.mark.parametrize(("rank", "block"), [("1", "1"), ("0", "0")])
+def test_edit_ulysses_failing_rank_inside_a_call(tmp_path: Path, rank: str, block: str | None) -> None:
+    """A rank fails inside a split transformer call (in block 1, after block 0's all-to-alls, or at block 0)
+    while its peer waits in one of diffusers' all-to-alls, which no status header can meet: the failing rank
+    tells the store and exits, the peer's collective breaks and it exits with the same code silently.  Both
+    exit 1 within the test's timeout (not gloo's 30 minutes), one line, no output.  Rank 0 failing is the case
+    where the store's host itself leaves."""
+    picture = tmp_path / "in.png"
+    Image.fromarray(np.full((64, 64, 3), 90, dtype=np.uint8)).save(picture)
+    args = ["edit", "--model", "tiny-qwen-edit", "-i", str(picture), "-p", "make it blue", "--steps", "2",
+            "--height", "64", "--width", "64", "--device", "cpu", "-q", "--parallel", "ulysses=2",
+            "-o", "out/e.png", "--record", "out/run.json"]
+    env = {"DIFFORGE_TEST_FAIL_RANK": rank, **({"DIFFORGE_TEST_FAIL_BLOCK": block} if block else {})}
+    t0 = time.monotonic()
+    results = _launch(args, tmp_path, **env)
+    print(f"ulysses edit, rank {rank} fails (block {block}): both ranks ended in {time.monotonic() - t0:.1f} s")
+    assert [code for code, _, _ in results] == [1, 1], results
+    lines = _error_lines(results)
+    assert len(lines) == 1 and f"rank {rank}" in lines[0] and "injected failure" in lines[0], results
+    assert _files(tmp_path / "out") == []
+
+
 def test_edit_ulysses_refusals(tmp_path: Path) -> None:
     """One line each, before any collective: --compile, --fast caches, more ranks than heads, an attention
     override; and a split pipeline refuses a run of another layout."""

@@ -17,6 +17,18 @@ run leaves no partial output) and meets the others once more (:meth:`Group.clean
 - and torchrun stops the rest - while a peer is still cleaning up); the lowest failing rank reports
 its one line, the others exit with the same code silently (:class:`PeerFailed`).  Payload collectives (a CFG step's noise prediction, the records) only follow a
 header that said "all well", with nothing that can fail in between.
+
+One kind of section cannot keep that rule: a call whose collectives belong to another library
+(diffusers' Ulysses all-to-alls inside a Qwen-Image-Edit transformer call), where a rank that fails
+half-way leaves its peers inside a collective no header can meet.  Such a call runs in
+:meth:`Group.opaque`.  A rank that fails inside it writes its exit code to the process group's
+key-value store (out of band: the store answers while the collectives hang), removes its files,
+reports and exits without any further collective; its exit closes its sockets, the peers' pending
+collective raises, and each peer, finding the code in the store, exits with it silently after
+removing its own files.  (gloo's ``abort`` does not close the sockets, so the exit is what ends the
+peers' wait; under torchrun the agent's store outlives every rank, and when rank 0 hosts the store
+itself and is the rank that failed, a peer that cannot reach the store any more knows that a peer
+failed all the same.)
 """
 
 from __future__ import annotations
@@ -24,8 +36,8 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -120,6 +132,8 @@ class Group:
     backend: Backend
     settled: bool = False  # a header reported a failure: only the clean-up barrier may follow
     broken: bool = False  # a collective itself failed (a peer died): none may follow
+    in_opaque: bool = False  # inside :meth:`opaque` (still set when an exception left it)
+    serial: int = 0  # which group of this process this is (the same on every rank): the store keys' prefix
     _written: dict[Path, tuple[int, int] | None] = field(default_factory=dict)
     _started: float = field(default_factory=time.perf_counter)
 
@@ -197,6 +211,35 @@ class Group:
         dist.all_gather_object(every, obj)
         return every
 
+    @contextmanager
+    def opaque(self) -> Iterator[None]:
+        """A section whose collectives no status header can meet (module docstring).  An exception that
+        leaves it keeps :attr:`in_opaque` set, which is how :func:`guarded` knows to fail out of band."""
+        self.in_opaque = True
+        yield
+        self.in_opaque = False
+
+    def _key(self, rank: int) -> str:
+        return f"difforge/failed/{self.serial}/{rank}"
+
+    def tell_failure(self, code: int) -> None:
+        """Out of band: write this rank's exit code to the store; the group takes no collective after it."""
+        self.settled = self.broken = True
+        with suppress(Exception):  # no store left: the peers learn from the closed sockets alone
+            _store().set(self._key(self.rank), str(int(code)))
+
+    def told_failure(self) -> tuple[int, int | None] | None:
+        """(exit code, rank) of a peer that failed out of band, (1, None) if the store is gone with the
+        rank that hosted it, None if no peer said anything."""
+        try:
+            store = _store()
+            for rank in range(self.world_size):
+                if rank != self.rank and store.check([self._key(rank)]):
+                    return int(store.get(self._key(rank))), rank
+        except Exception:  # noqa: BLE001 - the store's host (rank 0, launched without torchrun) is gone
+            return 1, None
+        return None
+
     def fail(self, code: int) -> list[int] | None:
         """This rank's last header, with its exit code; every rank's status, or None if the group is gone."""
         if self.settled:
@@ -250,6 +293,13 @@ class Group:
                 dist.destroy_process_group()
 
 
+def _store() -> Any:
+    """The default process group's key-value store (torchrun's agent store, or rank 0's TCPStore)."""
+    from torch.distributed import distributed_c10d
+
+    return distributed_c10d._get_default_store()
+
+
 def _stamp(path: Path) -> tuple[int, int] | None:
     try:
         st = path.stat()
@@ -259,6 +309,7 @@ def _stamp(path: Path) -> tuple[int, int] | None:
 
 
 _ACTIVE: Group | None = None
+_OPENED = 0  # process groups this process has opened (every rank opens the same ones, in the same order)
 
 
 def active() -> Group | None:
@@ -311,7 +362,9 @@ def _start(mode: str, backend: Backend, info: RankInfo, timeout_s: float | None 
         msg = " ".join(str(exc).split())[:200]
         raise RankFailed(f"could not open the {backend.dist_backend} process group (rank {info.rank} of "
                          f"{info.world_size}): {msg}") from None
-    group = Group(mode, info, backend)
+    global _OPENED
+    _OPENED += 1
+    group = Group(mode, info, backend, serial=_OPENED)
     _ACTIVE = group
     return group
 
@@ -359,11 +412,19 @@ def guarded(mode: str, task: str, device: str, work: Callable[[Group], T], timeo
         group.check()  # the last header: every rank finished (and rank 0 wrote the combined record)
     except BaseException as exc:
         code = _exit_code(exc)
+        peer = None if isinstance(exc, PeerFailed) or not group.in_opaque else group.told_failure()
+        if peer is not None:  # a peer failed inside an opaque section and left: that broke this rank's collective
+            group.settled = group.broken = True
+            exc = PeerFailed(*peer)
+        elif group.in_opaque and not isinstance(exc, PeerFailed):  # peers may wait in collectives no header meets
+            group.tell_failure(code)
         statuses = group.fail(code) if not isinstance(exc, PeerFailed) else None
         group.remove_written()
         group.cleaned()
         group.close()
         if isinstance(exc, PeerFailed):
+            if peer is not None:
+                raise exc from None
             raise
         first = next((r for r, s in enumerate(statuses or []) if s), group.rank)
         if first != group.rank:

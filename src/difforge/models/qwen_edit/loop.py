@@ -240,9 +240,16 @@ class Denoiser:
 
     def velocity(self, p: Prepared, latents: Tensor, t: Tensor, true_cfg: float) -> Tensor:
         """The (true-CFG combined, norm-rescaled) velocity at timestep ``t`` - what the scheduler steps with."""
+        if self.sequence is None:
+            return self._velocity(p, latents, t, true_cfg)
+        self.sequence.check()
+        # diffusers' all-to-alls run inside the calls, with no status header a failing rank could meet:
+        # the group's opaque section makes a failure here end the peers out of band (runtime.parallel).
+        with self.sequence.opaque():
+            return self._velocity(p, latents, t, true_cfg)
+
+    def _velocity(self, p: Prepared, latents: Tensor, t: Tensor, true_cfg: float) -> Tensor:
         transformer = self.transformer
-        if self.sequence is not None:
-            self.sequence.check()
         n = latents.shape[1]
         if p.do_cfg and self.batched_cfg:
             batch = self.cfg_batch(p)
