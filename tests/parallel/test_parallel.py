@@ -217,18 +217,20 @@ def test_cfg_parallel_equals_one_process(tmp_path: Path) -> None:
     assert rec["extra"]["forwards_per_step"] == 1
 
 
-def _one_process_edit(picture: Path, **options: object) -> tuple[torch.Tensor, np.ndarray]:
-    """tiny-qwen-edit in this process, one thread (as the ranks run), ``--parallel none`` (batched CFG): its
+def _one_process_edit(picture: Path | list[Path], model: str = "tiny-qwen-edit",
+                      **options: object) -> tuple[torch.Tensor, np.ndarray]:
+    """``model`` in this process, one thread (as the ranks run), ``--parallel none`` (batched CFG): its
     final latents and pixels."""
+    pictures = picture if isinstance(picture, list) else [picture]
     from difforge import engine
     from difforge.runtime.images import load_images
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        cfg = RunConfig(model="tiny-qwen-edit", prompt="make it blue", images=[str(picture)], steps=QWEN_STEPS,
+        cfg = RunConfig(model=model, prompt="make it blue", images=[str(p) for p in pictures], steps=QWEN_STEPS,
                         height=64, width=64, device="cpu", quiet=True, **options)  # type: ignore[arg-type]
-        pipe = api.load_pipeline("tiny-qwen-edit", "cpu", cfg=cfg, task="edit")
+        pipe = api.load_pipeline(model, "cpu", cfg=cfg, task="edit")
         seen: list[torch.Tensor] = []
         decode = pipe.decode
         pipe.decode = lambda lat, h, w: (seen.append(lat.detach().cpu().clone()), decode(lat, h, w))[1]
@@ -269,6 +271,26 @@ def test_edit_ulysses_equals_one_process(tmp_path: Path, extra: list[str]) -> No
     assert (par["mode"], par["dist_backend"], [r["rank"] for r in par["ranks"]]) == ("ulysses=2", "gloo", [0, 1])
     assert all(len(r["step_times_s"]) == QWEN_STEPS for r in par["ranks"])
     print(f"edit ulysses=2 median step: rank 0 {sorted(par['ranks'][0]['step_times_s'])[QWEN_STEPS // 2] * 1e3:.1f} ms")
+
+
+def test_edit_plus_ulysses_equals_one_process(tmp_path: Path) -> None:
+    """Edit-Plus / 2511 (two references, so three image stretches in the sequence, and 2511's zero_cond_t
+    timestep rows) over 2 ranks: both ranks' latents are equal and within the batched-CFG tolerance of one
+    process."""
+    pictures = [tmp_path / "a.png", tmp_path / "b.png"]
+    for k, path in enumerate(pictures):
+        Image.fromarray(((np.arange(64 * 64 * 3).reshape(64, 64, 3) * (k + 2)) % 251).astype(np.uint8)).save(path)
+    args = ["edit", "--model", "tiny-qwen-edit-plus", "-i", str(pictures[0]), "-i", str(pictures[1]), "-p",
+            "make it blue", "--steps", str(QWEN_STEPS), "--height", "64", "--width", "64", "--device", "cpu", "-q",
+            "--parallel", "ulysses=2", "-o", "out/e.png"]
+    results = _launch(args, tmp_path, DIFFORGE_TEST_LATENTS=str(tmp_path / "latents"))
+    assert [code for code, _, _ in results] == [0, 0], results
+    lat0, lat1 = (torch.load(tmp_path / f"latents.rank{r}") for r in (0, 1))
+    assert torch.equal(lat0, lat1)
+    reference, _ = _one_process_edit(pictures, model="tiny-qwen-edit-plus")
+    diff = (reference - lat0).abs().max().item()
+    print(f"edit-plus ulysses=2 vs one batched-CFG process: max abs latent diff {diff:.3g}")
+    assert diff <= EXACT_TOL
 
 
 @pytest.mark.parametrize(("rank", "block"), [("1", "1"), ("0", "0")])
