@@ -80,7 +80,7 @@ STEP_NAMES = ("--steps", "--num-inference-steps", "--num_inference_steps", "--nu
 #: ``--fast`` / ``--disable`` names per family, for --help (tests/test_cli.py checks they are the families').
 URSA_EXACT = "lm-head-slice, reuse-first-forward, rope-cache, pinned-draws, philox-rng"
 URSA_FAST = "unguided-tail, philox-rng"
-QWEN_EXACT = "batched-cfg, real-rope, npu-attention"
+QWEN_EXACT = "batched-cfg, real-rope, npu-attention, vae-2d"
 QWEN_FAST = "first-block-cache[=threshold], taylorseer[=interval]"
 Model = Annotated[str, typer.Option(*MODEL_NAMES, help="Model folder or built-in name (tiny-ursa, tiny-qwen-edit ...).")]
 GenModel = Annotated[str, typer.Option(*MODEL_NAMES, help="URSA model folder or built-in name (tiny-ursa).")]

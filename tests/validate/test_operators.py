@@ -152,8 +152,9 @@ def test_tiny_qwen_edit_traced_coverage_and_clean_pass(qwen_clean: RungResult) -
     assert set(ran) == {STEP_COMPONENT, "text_encoder", "transformer", "vae_encode", "vae_decode"}
     assert {"linear", "layer_norm", "gelu", "silu", "scaled_dot_product_attention"} <= ran[STEP_COMPONENT]
     assert {"embedding", "linear", "silu", "scaled_dot_product_attention"} <= ran["text_encoder"]
-    assert {"conv3d", "conv2d", "normalize", "silu"} <= ran["vae_encode"]
-    assert {"conv3d", "interpolate"} <= ran["vae_decode"]
+    assert {"conv2d", "normalize", "silu"} <= ran["vae_encode"]
+    assert {"conv2d", "interpolate"} <= ran["vae_decode"]
+    assert "conv3d" not in ran["vae_encode"] | ran["vae_decode"]  # vae-2d: a picture's causal convs run as conv2d
     assert qwen_clean.verdict is Verdict.PASS, [(r.subject, r.verdict) for r in qwen_clean.rows]
     # the probe's own cases stay, for the fused kernels a trace cannot see
     assert {"rms_norm", "joint attention (block 0)"} <= {r.subject for r in qwen_clean.rows}

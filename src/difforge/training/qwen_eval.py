@@ -99,9 +99,9 @@ def vae_readback(vae, n: int = 40, seed: int = 0) -> tuple[float, list[str]]:
     shows; and a line for each one it misreads."""
     import torch
 
+    from difforge.models.qwen_edit.vae_convs import two_d as single_frame_convs
     from difforge.shapes.checker import score_caption
     from difforge.shapes.world import edits, render
-    from difforge.training.qwen_speed import single_frame_convs
 
     scenes = [s for e in edits(seed, n, split="heldout") for s in (e.source, e.target)]
     pixels = np.stack([render(s) for s in scenes])

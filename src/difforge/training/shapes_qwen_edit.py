@@ -55,6 +55,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from difforge.models.qwen_edit.vae_convs import two_d as single_frame_convs
 from difforge.shapes.world import edits, render
 from difforge.training.qwen_parts import (
     TEMPLATE,
@@ -67,7 +68,6 @@ from difforge.training.qwen_parts import (
     build_vae,
     check_tokenizer,
 )
-from difforge.training.qwen_speed import single_frame_convs
 
 SIZE = 64
 NEGATIVE_PROMPT = " "  # what the pipeline encodes as the negative prompt when none is given

@@ -95,6 +95,8 @@ def test_default_run_matches_diffusers_path(plus_folder: Path) -> None:
     assert record.extra["forwards_per_step"] == 1 and ref_record.extra["forwards_per_step"] == 2
     ref = {a.what: a.choice for a in ref_record.adaptations}
     assert ref["cfg"].startswith("two batch-1") and ref["rope"].startswith("diffusers complex64")
+    assert chosen["vae convs"].choice.startswith("2-D convolutions") and chosen["vae convs"].exact
+    assert ref["vae convs"] == "diffusers' causal 3-D convolutions"
 
 
 class _SyncCounter(TorchDispatchMode):

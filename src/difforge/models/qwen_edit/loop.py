@@ -35,7 +35,7 @@ from torch import Tensor
 
 from ...errors import InputError
 
-EXACT_OPTIMISATIONS = ("batched-cfg", "real-rope", "npu-attention")
+EXACT_OPTIMISATIONS = ("batched-cfg", "real-rope", "npu-attention", "vae-2d")
 FAST_OPTIMISATIONS = ("first-block-cache", "taylorseer")
 #: diffusers' FirstBlockCacheConfig default threshold; TaylorSeer's default refresh interval.
 DEFAULT_FBC_THRESHOLD = 0.05
@@ -51,6 +51,7 @@ class SpeedOptions:
     batched_cfg: bool = True
     real_rope: bool = True
     npu_attention: bool = True
+    vae_2d: bool = True
     compile: bool = False
     first_block_cache: float | None = None  # threshold, None = off
     taylorseer: int | None = None  # cache interval, None = off
@@ -91,6 +92,7 @@ class SpeedOptions:
             batched_cfg="batched-cfg" not in disable,
             real_rope="real-rope" not in disable,
             npu_attention="npu-attention" not in disable,
+            vae_2d="vae-2d" not in disable,
             compile=bool(compile),
             first_block_cache=fbc,
             taylorseer=taylor,
@@ -102,7 +104,7 @@ class SpeedOptions:
 
     def names(self) -> tuple[list[str], list[str]]:
         """``(cfg.disable, cfg.fast)`` that parse back to these options."""
-        flags = (self.batched_cfg, self.real_rope, self.npu_attention)
+        flags = (self.batched_cfg, self.real_rope, self.npu_attention, self.vae_2d)
         disable = [n for n, on in zip(EXACT_OPTIMISATIONS, flags, strict=True) if not on]
         fast = [f"first-block-cache={self.first_block_cache!r}"] if self.first_block_cache is not None else []
         fast += [f"taylorseer={self.taylorseer}"] if self.taylorseer is not None else []

@@ -38,7 +38,7 @@ from .memory import check_call_memory
 from .overrides import install_overrides
 from .references import References, check_fit, check_images, fit_area, prepare_references
 from .settings import EditSettings
-from .speed import RUN_SWITCHABLE, forget, install_compile, install_exact, install_fast
+from .speed import RUN_SWITCHABLE, forget, install_compile, install_exact, install_fast, install_vae_convs
 
 DEFAULT_STEPS = 50
 #: diffusers' Qwen prompt template keeps the hidden states after the system prompt's 64 tokens.
@@ -132,6 +132,7 @@ class QwenEditPipeline:
             if "attention" not in installed:  # an attention override is the kernel; nothing to choose
                 choose_attention(pipe, backend, dtype, record, allow_npu=options.npu_attention)
             install_fast(pipe.transformer, options, record)
+            install_vae_convs(pipe.vae, options, record)  # before place(): offload hooks wrap the forward they find
             place(pipe, backend, cfg.offload, cfg.vae_tiling, record)
             install_compile(pipe.transformer, options, backend, record)
         record.extra["family"] = loaded.checked.family
@@ -178,6 +179,7 @@ class QwenEditPipeline:
             if not self._processor_locked and (replaced or run.npu_attention != self.options.npu_attention):
                 choose_attention(self.pipe, self.backend, self.dtype, state, allow_npu=run.npu_attention)
             install_fast(transformer, run, state, current=self.options)
+            install_vae_convs(self.pipe.vae, run, state)
             self.options = run
         if cfg.offload != self.offload:
             self.restore_weights()
