@@ -12,7 +12,7 @@ from difforge.shapes import world as w
 
 # Pinned so that anyone who trains on the world learns when it changes (a change breaks their data).
 SCENES_SHA256 = "e4164b0b332053d5772842f1b0725722ba74cb0d6a8a07bb956e885e1337f21d"
-EDITS_SHA256 = "c69e3ec467fa88274e770a6103d856ab6dc1df1a3e4c064caedcd65b930848e8"
+EDITS_SHA256 = "57c0d46cb893641b34dca062c267bf73ec0b0ad0b6372a77101773e637806263"
 
 
 def _scene_digest(seed: int) -> str:
@@ -171,3 +171,17 @@ def test_package_reexports_and_stays_free_of_torch() -> None:
     code = "import sys, difforge.shapes as s; s.analyse; s.load_prompt_set; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_edit_scenes_sit_on_anchors_at_one_size() -> None:
+    """Edit sources and targets put every item, at the edit size, on one of the five anchors (what a small
+    edit model can learn to copy); caption scenes keep free placement and sizes."""
+    for size in (64, 96):
+        anchors = {w.anchor(p, size) for p in w.POSITIONS}
+        side = w.edit_item_size(size)
+        for split in ("train", "heldout"):
+            for e in w.edits(6, 120, size=size, split=split):
+                for it in (*e.source.items, *e.target.items):
+                    assert (it.cx, it.cy) in anchors and it.size == side, (e, it)
+    placed = {(it.cx, it.cy, it.size) for s in w.scenes(6, 60) for it in s.items}
+    assert len(placed) > 20
