@@ -47,11 +47,23 @@ def load_pipeline(
                                 op_overrides=op_overrides, task=task)
 
 
+def _build_builtin(model: str | None) -> None:
+    """Build a built-in tiny model before a ``--parallel`` run opens its process group.  Once
+    torch.distributed is initialised, transformers writes a model's files on rank 0 only
+    (``should_save_on_this_rank``), so a rank 1 that built the model inside the group would publish a
+    folder with an empty text encoder for every later run to trip over."""
+    from .models.tiny import TINY_MODELS, ensure_tiny
+
+    if model in TINY_MODELS:
+        ensure_tiny(model)
+
+
 def _run(cfg: RunConfig, task: str, images: list[Image.Image] | None) -> RunResult:
     if cfg.parallel != "none":  # under torchrun, one rank of a --parallel run (docs/parallel.md)
         from .runtime import parallel
 
-        return parallel.guarded(cfg.parallel, task, cfg.device, lambda group: _run_rank(cfg, task, images, group))
+        return parallel.guarded(cfg.parallel, task, cfg.device, lambda group: _run_rank(cfg, task, images, group),
+                                before=lambda: _build_builtin(cfg.model))
     engine.check_outputs(cfg)
     record = RunRecord(kind=task)
     with spinner(f"loading {cfg.model}", cfg.quiet):
@@ -139,7 +151,8 @@ def batch(task: str, prompts: Sequence[str] | None, model: str, num_images_per_p
         from .runtime import parallel
 
         return parallel.guarded(mode, task, str(options.get("device", "auto")), lambda group: _batch(
-            task, prompts, model, num_images_per_prompt, images, prompt_file, group, **options))
+            task, prompts, model, num_images_per_prompt, images, prompt_file, group, **options),
+            before=lambda: _build_builtin(model))
     return _batch(task, prompts, model, num_images_per_prompt, images, prompt_file, None, **options)
 
 
@@ -235,7 +248,8 @@ def validate(**options: Any) -> Any:
         from .validate.split import WAIT_S
 
         return parallel.guarded(opts.parallel, "validate", opts.device,
-                                lambda group: validate_rank(opts, write_report, group), timeout_s=WAIT_S)
+                                lambda group: validate_rank(opts, write_report, group), timeout_s=WAIT_S,
+                                before=lambda: _build_builtin(opts.model))
     return run_validation(opts, write_report)
 
 

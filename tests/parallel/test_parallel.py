@@ -283,8 +283,12 @@ def test_edit_plus_ulysses_equals_one_process(tmp_path: Path) -> None:
     args = ["edit", "--model", "tiny-qwen-edit-plus", "-i", str(pictures[0]), "-i", str(pictures[1]), "-p",
             "make it blue", "--steps", str(QWEN_STEPS), "--height", "64", "--width", "64", "--device", "cpu", "-q",
             "--disable", "real-rope", "--parallel", "ulysses=2", "-o", "out/e.png"]
-    results = _launch(args, tmp_path, DIFFORGE_TEST_LATENTS=str(tmp_path / "latents"))
+    home = tmp_path / "home"  # the ranks build the built-in model themselves, both at once
+    results = _launch(args, tmp_path, DIFFORGE_TEST_LATENTS=str(tmp_path / "latents"), DIFFORGE_HOME=str(home))
     assert [code for code, _, _ in results] == [0, 0], results
+    built = home / "models" / "tiny-qwen-edit-plus-v1"
+    assert (built / "text_encoder" / "config.json").is_file()  # a rank 1 building inside the group wrote none
+    assert not [p.name for p in built.parent.iterdir() if p.name.startswith(".")]  # no build left half-done
     lat0, lat1 = (torch.load(tmp_path / f"latents.rank{r}") for r in (0, 1))
     assert torch.equal(lat0, lat1)
     reference, _ = _one_process_edit(pictures, model="tiny-qwen-edit-plus", disable=["real-rope"])

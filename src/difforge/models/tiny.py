@@ -65,6 +65,7 @@ def ensure_tiny(name: str) -> Path:
         raise OutputError(_cannot_build(name, exc)) from None
     try:
         builder(tmp)
+        _check_complete(name, tmp)
         try:
             os.rename(tmp, final)
         except OSError:
@@ -76,6 +77,15 @@ def ensure_tiny(name: str) -> Path:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+def _check_complete(name: str, folder: Path) -> None:
+    """Refuse to publish a build with an empty component folder: every later run would trip over it, and
+    it is what a save on a torch.distributed rank other than 0 leaves (transformers writes on rank 0 only)."""
+    empty = sorted(d.name for d in folder.iterdir() if d.is_dir() and not any(d.iterdir()))
+    if empty:
+        raise OutputError(f"Building the built-in model {name} wrote an empty {empty[0]}/ folder (was it built on a "
+                          "torch.distributed rank other than 0?); nothing was published, run again.")
 
 
 def _cannot_build(name: str, exc: BaseException) -> str:

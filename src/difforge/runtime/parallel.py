@@ -389,10 +389,12 @@ def _reported(exc: BaseException, rank: int) -> BaseException:
     return exc
 
 
-def guarded(mode: str, task: str, device: str, work: Callable[[Group], T], timeout_s: float | None = None) -> T:
+def guarded(mode: str, task: str, device: str, work: Callable[[Group], T], timeout_s: float | None = None,
+            before: Callable[[], None] | None = None) -> T:
     """Run ``work(group)`` on this rank of a ``--parallel`` run under the failure protocol (module docstring).
 
     ``timeout_s``: how long one collective may wait (``validate``: rank 1 waits while rank 0 runs the reference).
+    ``before``: work every rank does before the group opens (building a built-in model: see ``api._build_builtin``).
 
     Errors before the group exists (a bad option, no torchrun, a missing device) are the same on every
     rank: rank 0 reports them, the others exit with the same code silently.
@@ -402,6 +404,8 @@ def guarded(mode: str, task: str, device: str, work: Callable[[Group], T], timeo
     check_parallel(mode)
     info = require_launch(mode, task)
     try:
+        if before is not None:
+            before()
         group = _start(mode, rank_backend(device, info), info, timeout_s)
     except DifforgeError as exc:
         if info.rank == 0:
