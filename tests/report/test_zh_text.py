@@ -42,6 +42,12 @@ SRC = Path(zh_text.__file__).resolve().parents[1]  # src/difforge
 
 #: EXACT: every whole-string entry (measurement names, subjects, fixed findings, adaptations).
 EXACT_EXAMPLES: list[tuple[str, str]] = [
+    ('vae convs', 'VAE 卷积'),
+    ("diffusers' causal 3-D convolutions", 'diffusers 的因果 3-D 卷积'),
+    ("a one-frame causal conv3d is the conv2d of its last temporal tap: the same products in another order, float "
+     "rounding only (2.5-5x faster VAE on a CPU); disable with 'vae-2d'",
+     '单帧输入的因果 conv3d 等于用其最后一个时间维权重做的 conv2d：乘积相同，仅求和顺序不同，只有浮点舍入差异（CPU 上 VAE 快 '
+     "2.5-5 倍）；用 'vae-2d' 关闭"),
     ('status', '状态'),
     ('wall_s', '耗时 (s)'),
     ('peak_device_mib', '设备内存峰值 (MiB)'),
@@ -228,6 +234,7 @@ EXACT_EXAMPLES: list[tuple[str, str]] = [
 #: PATTERNS: sentences as the rungs, the ladder, the runner and the pipelines build them (numbers and names
 #: as a run fills them in), each pattern with at least one example.
 PATTERN_EXAMPLES: list[tuple[str, str]] = [
+    ('2-D convolutions on single pictures (45 causal convs)', '单张图片上的 2-D 卷积（45 个因果卷积）'),
     ('RuntimeError: the reference run recorded no step to dump',
      'RuntimeError: 参考运行未记录可供 dump 的步'),
     ('GoldenError: the golden bundle has no run for seed 3',
