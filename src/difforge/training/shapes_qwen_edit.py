@@ -57,6 +57,7 @@ import torch.nn.functional as F
 
 from difforge.models.qwen_edit.vae_convs import two_d as single_frame_convs
 from difforge.shapes.world import edits, render
+from difforge.training.loop import RunningLog, optimiser_step
 from difforge.training.qwen_parts import (
     TEMPLATE,
     Arch,
@@ -185,9 +186,8 @@ def train_vae(vae, data: EditData, r: Recipe, log: Log) -> list[float]:
     g = torch.Generator().manual_seed(r.seed * 1000 + 4)
     opt = torch.optim.AdamW(vae.parameters(), lr=r.vae_lr, weight_decay=0.0)
     vae.train()
-    losses: list[float] = []
+    running = RunningLog("vae", r.vae_steps, log)
     align = 2 ** (len(r.arch.vae_dim_mult) - 1)
-    t0 = time.perf_counter()
     full_from = round(r.vae_steps * (1 - r.vae_full))
     for step in range(r.vae_steps):
         warm = min(1.0, (step + 1) / 20)
@@ -210,16 +210,9 @@ def train_vae(vae, data: EditData, r: Recipe, log: Log) -> list[float]:
             rec = decode_unclamped(vae, noisy)
         err = rec - x
         loss = (w * err.abs()).mean() + (w * err.pow(2)).mean() + r.vae_kl * mean.pow(2).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
-        opt.step()
-        losses.append(loss.item())
-        if step % 50 == 0 or step == r.vae_steps - 1:
-            recent = sum(losses[-50:]) / len(losses[-50:])
-            log(f"vae {step + 1}/{r.vae_steps} loss {recent:.4f} lr {lr:.2e} ({time.perf_counter() - t0:.0f}s)")
+        running(step, optimiser_step(opt, loss, vae.parameters(), clip=1.0), lr)
     vae.eval()
-    return losses
+    return running.losses
 
 
 def harden_decoder(vae, data: EditData, r: Recipe, log: Log) -> list[float]:
@@ -239,9 +232,8 @@ def harden_decoder(vae, data: EditData, r: Recipe, log: Log) -> list[float]:
     params = [*vae.decoder.parameters(), *vae.post_quant_conv.parameters()]
     opt = torch.optim.AdamW(params, lr=r.dec_lr, weight_decay=0.0)
     vae.train()
-    losses: list[float] = []
+    running = RunningLog("decoder", r.dec_steps, log)
     align = 2 ** (len(r.arch.vae_dim_mult) - 1)
-    t0 = time.perf_counter()
     for step in range(r.dec_steps):
         cosine = 0.5 * (1 + math.cos(math.pi * step / max(1, r.dec_steps)))
         lr = r.dec_lr * min(1.0, (step + 1) / 20) * (0.05 + 0.95 * cosine)
@@ -262,16 +254,9 @@ def harden_decoder(vae, data: EditData, r: Recipe, log: Log) -> list[float]:
             rec = decode_unclamped(vae, mean + level * std * torch.randn(mean.shape, generator=g))
         err = rec - x
         loss = (w * err.abs()).mean() + (w * err.pow(2)).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        losses.append(loss.item())
-        if step % 50 == 0 or step == r.dec_steps - 1:
-            recent = sum(losses[-50:]) / len(losses[-50:])
-            log(f"decoder {step + 1}/{r.dec_steps} loss {recent:.4f} lr {lr:.2e} ({time.perf_counter() - t0:.0f}s)")
+        running(step, optimiser_step(opt, loss, params, clip=1.0), lr)
     vae.eval()
-    return losses
+    return running.losses
 
 
 @torch.no_grad()
@@ -353,8 +338,7 @@ def train_transformer(transformer, scheduler, enc: Encoded, r: Recipe, log: Log)
     length = max(enc.txt.shape[1], enc.neg.shape[1])
     txt, txt_mask = _pad_to(enc.txt, enc.txt_mask, length)
     neg, neg_mask = _pad_to(enc.neg, enc.neg_mask, length)
-    losses: list[float] = []
-    t0 = time.perf_counter()
+    running = RunningLog("mmdit", r.steps, log)
     for step in range(r.steps):
         lr = r.lr * min(1.0, (step + 1) / r.warmup) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * step / r.steps)))
         for group in opt.param_groups:
@@ -380,16 +364,9 @@ def train_transformer(transformer, scheduler, enc: Encoded, r: Recipe, log: Log)
             return_dict=False,
         )[0][:, :tokens]
         loss = F.mse_loss(out, noise - x0)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(transformer.parameters(), 1.0)
-        opt.step()
-        losses.append(loss.item())
-        if step % 50 == 0 or step == r.steps - 1:
-            recent = sum(losses[-50:]) / len(losses[-50:])
-            log(f"mmdit {step + 1}/{r.steps} loss {recent:.4f} lr {lr:.2e} ({time.perf_counter() - t0:.0f}s)")
+        running(step, optimiser_step(opt, loss, transformer.parameters(), clip=1.0), lr)
     transformer.eval()
-    return losses
+    return running.losses
 
 
 # ---- the whole recipe -------------------------------------------------------------------------------

@@ -56,6 +56,7 @@ from ..models.ursa.transformer import URSATransformer
 from ..models.ursa.vae import AutoencoderVQ, to_uint8
 from ..shapes.world import Scene
 from . import ursa_data as data_mod
+from .loop import optimiser_step
 from .ursa_text import build_tokenizer
 
 TEXT_SLOTS = 320  # the pipeline's max_length
@@ -182,10 +183,7 @@ def train_vq(recipe: Recipe, codes: np.ndarray, images: np.ndarray, scenes_: lis
         for group in opt.param_groups:
             group["lr"] = _lr(step, recipe.vae_steps, recipe.vae_lr, 20)
         loss = ((vae.decode(ids) - target).abs() * weight).mean() / weight.mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        dec_losses.append(loss.item())
+        dec_losses.append(optimiser_step(opt, loss))
         if step % 50 == 0 or step == recipe.vae_steps - 1:
             log(f"  vq decoder step {step:4d}  L1 {np.mean(dec_losses[-50:]):.4f}  {time.perf_counter() - t0:6.1f}s")
     enc_params = [*vae.encoder.parameters(), *vae.quant_conv.parameters()]
@@ -199,10 +197,7 @@ def train_vq(recipe: Recipe, codes: np.ndarray, images: np.ndarray, scenes_: lis
         for group in opt.param_groups:
             group["lr"] = _lr(step, recipe.encoder_steps, recipe.vae_lr, 10)
         loss = F.cross_entropy(logits.flatten(0, 2), torch.from_numpy(codes[idx]).flatten())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        enc_losses.append(loss.item())
+        enc_losses.append(optimiser_step(opt, loss))
     if recipe.encoder_steps:
         log(f"  vq encoder {recipe.encoder_steps} steps  CE {np.mean(enc_losses[-20:]):.4f}")
     vae.requires_grad_(False).eval()
@@ -331,11 +326,7 @@ def train_transformer(recipe: Recipe, codes: np.ndarray, text: TextBatch, codebo
         target = x1.flatten()[rows]
         weight = torch.where(target >= data_mod.N_COLOURS, weight * recipe.shape_row_weight, weight)
         loss = (F.cross_entropy(logits, target, reduction="none") * weight).sum() / weight.sum()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        losses.append(loss.item())
+        losses.append(optimiser_step(opt, loss, model.parameters(), clip=1.0))
         if step % 25 == 0 or step == steps - 1:
             phase = "full text" if step >= full_from else f"{len(kept)} pads"
             log(f"  transformer step {step:4d}/{steps}  loss {np.mean(losses[-25:]):.4f}  ({phase})"
@@ -347,7 +338,9 @@ def train_transformer(recipe: Recipe, codes: np.ndarray, text: TextBatch, codebo
 def _scored_rows(x1: torch.Tensor, bg_rows: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """Flat indices of the image rows the loss reads, and their weights: every row whose target is not
     the picture's background code, and ``bg_rows`` random background rows per sample weighted up to
-    stand for all of them (lm_head over 3078 codes is most of a step's cost; the loss stays the mean)."""
+    stand for all of them, so the loss stays the mean.  (Written when the codebook had 3078 codes and
+    lm_head was most of a step; over shapes-ursa's 54 codes it saves little, but the committed weights
+    were trained with it, so it stays part of the recipe.)"""
     b, n = x1.shape
     is_bg = x1 < data_mod.N_COLOURS
     score = torch.rand((b, n), generator=gen).masked_fill_(~is_bg, -1.0)
