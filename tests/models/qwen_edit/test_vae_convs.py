@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -11,6 +13,7 @@ from difforge.models.qwen_edit import vae_convs
 
 from .conftest import card, load, make_cfg, pixels
 
+T = TypeVar("T")
 TOL = 1e-5  # measured 4e-7 (encode) and 5e-6 (decode) on the tiny VAE at 64-256 px
 
 
@@ -20,35 +23,8 @@ def _vae(folder: Path) -> torch.nn.Module:
     return AutoencoderKLQwenImage.from_pretrained(str(folder / "vae")).eval()
 
 
-def test_two_d_form_equals_diffusers_three_d_form(edit_folder: Path) -> None:
-    """Encode + decode of a picture: the 2-D form is within float rounding of diffusers' 3-D form, and every
-    conv took the 2-D path (a conv that silently kept conv3d would show as no call to conv2d)."""
-    vae = _vae(edit_folder)
-    x = torch.rand(1, 3, 1, 64, 96, generator=torch.Generator().manual_seed(0)) * 2 - 1
-    with torch.no_grad():
-        z3 = vae.encode(x).latent_dist.mode()
-        y3 = vae.decode(z3).sample
-        n = vae_convs.install(vae, True)
-        calls = []
-        conv2d = torch.nn.functional.conv2d
-
-        def counting(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-            calls.append(1)
-            return conv2d(*args, **kwargs)
-
-        torch.nn.functional.conv2d = counting
-        try:
-            z2 = vae.encode(x).latent_dist.mode()
-            y2 = vae.decode(z2).sample
-        finally:
-            torch.nn.functional.conv2d = conv2d
-    print(f"vae 2-D vs 3-D: latents {(z2 - z3).abs().max().item():.3g}, pixels {(y2 - y3).abs().max().item():.3g}; "
-          f"{len(calls)} conv2d calls over {n} convs")
-    assert (z2 - z3).abs().max().item() <= TOL and (y2 - y3).abs().max().item() <= TOL
-    assert len(calls) >= n > 0  # every causal conv ran as a conv2d
-
-
-def _conv2d_calls(vae: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, int]:
+def _conv2d_calls(run: Callable[[], T]) -> tuple[T, int]:
+    """``run()`` under no_grad, and how many times it called ``F.conv2d``."""
     calls = []
     conv2d = torch.nn.functional.conv2d
 
@@ -59,9 +35,32 @@ def _conv2d_calls(vae: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, 
     torch.nn.functional.conv2d = counting
     try:
         with torch.no_grad():
-            return vae.encode(x).latent_dist.mode(), len(calls)
+            return run(), len(calls)
     finally:
         torch.nn.functional.conv2d = conv2d
+
+
+def _encode(vae: torch.nn.Module, x: torch.Tensor) -> Callable[[], torch.Tensor]:
+    return lambda: vae.encode(x).latent_dist.mode()
+
+
+def test_two_d_form_equals_diffusers_three_d_form(edit_folder: Path) -> None:
+    """Encode + decode of a picture: the 2-D form is within float rounding of diffusers' 3-D form, and every
+    conv took the 2-D path (a conv that silently kept conv3d would show as too few calls to conv2d)."""
+    vae = _vae(edit_folder)
+    x = torch.rand(1, 3, 1, 64, 96, generator=torch.Generator().manual_seed(0)) * 2 - 1
+
+    def both() -> tuple[torch.Tensor, torch.Tensor]:
+        z = vae.encode(x).latent_dist.mode()
+        return z, vae.decode(z).sample
+
+    (z3, y3), _ = _conv2d_calls(both)
+    n = vae_convs.install(vae, True)
+    (z2, y2), calls = _conv2d_calls(both)
+    print(f"vae 2-D vs 3-D: latents {(z2 - z3).abs().max().item():.3g}, pixels {(y2 - y3).abs().max().item():.3g}; "
+          f"{calls} conv2d calls over {n} convs")
+    assert (z2 - z3).abs().max().item() <= TOL and (y2 - y3).abs().max().item() <= TOL
+    assert calls >= n > 0  # every causal conv ran as a conv2d
 
 
 def test_video_shaped_calls_keep_the_three_d_form(edit_folder: Path) -> None:
@@ -70,11 +69,11 @@ def test_video_shaped_calls_keep_the_three_d_form(edit_folder: Path) -> None:
     within float rounding."""
     vae = _vae(edit_folder)
     x = torch.rand(1, 3, 5, 32, 32, generator=torch.Generator().manual_seed(1)) * 2 - 1
-    z3, video3 = _conv2d_calls(vae, x)  # diffusers' own 2-D layers (the spatial resamplers)
-    _, picture3 = _conv2d_calls(vae, x[:, :, :1])
+    z3, video3 = _conv2d_calls(_encode(vae, x))  # diffusers' own 2-D layers (the spatial resamplers)
+    _, picture3 = _conv2d_calls(_encode(vae, x[:, :, :1]))
     vae_convs.install(vae, True)
-    z2, video = _conv2d_calls(vae, x)
-    _, picture = _conv2d_calls(vae, x[:, :, :1])
+    z2, video = _conv2d_calls(_encode(vae, x))
+    _, picture = _conv2d_calls(_encode(vae, x[:, :, :1]))
     assert 0 < video - video3 <= picture - picture3  # the cached chunks added none
     assert z3.shape[2] > 1 and (z2 - z3).abs().max().item() <= TOL
 
