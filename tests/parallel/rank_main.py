@@ -26,32 +26,25 @@ def _install_hooks() -> None:
         def broken(*args: object, **kwargs: object) -> None:
             raise RuntimeError(f"injected failure on rank {rank}")
 
-        spared = [int(os.environ.get("DIFFORGE_TEST_FAIL_AFTER", "0"))]  # URSA decodes that still succeed
-        decode = URSAPipeline.decode
+        def fail_after(method, spared: int):  # noqa: ANN001, ANN202 - the first ``spared`` calls still succeed
+            left = [spared]
 
-        def failing_decode(self, *args: object, **kwargs: object) -> object:  # noqa: ANN001
-            spared[0] -= 1
-            if spared[0] < 0:
-                broken()
-            return decode(self, *args, **kwargs)
+            def failing(self, *args: object, **kwargs: object) -> object:  # noqa: ANN001
+                left[0] -= 1
+                if left[0] < 0:
+                    broken()
+                return method(self, *args, **kwargs)
 
-        URSAPipeline.decode = failing_decode  # type: ignore[method-assign]
+            return failing
+
+        URSAPipeline.decode = fail_after(URSAPipeline.decode, int(os.environ.get("DIFFORGE_TEST_FAIL_AFTER", "0")))
         block = os.environ.get("DIFFORGE_TEST_FAIL_BLOCK")
         if block is None:
             loop.Denoiser._call = broken  # type: ignore[method-assign]
         else:
             from diffusers.models.transformers.transformer_qwenimage import QwenImageTransformerBlock
 
-            calls = [int(block)]  # block calls that still succeed
-            forward = QwenImageTransformerBlock.forward
-
-            def failing_block(self, *args: object, **kwargs: object) -> object:  # noqa: ANN001
-                calls[0] -= 1
-                if calls[0] < 0:
-                    broken()
-                return forward(self, *args, **kwargs)
-
-            QwenImageTransformerBlock.forward = failing_block  # type: ignore[method-assign]
+            QwenImageTransformerBlock.forward = fail_after(QwenImageTransformerBlock.forward, int(block))
     loads = os.environ.get("DIFFORGE_TEST_LOADS")
     if loads:
         from difforge import engine
