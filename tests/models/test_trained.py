@@ -73,3 +73,26 @@ def test_validate_prompts_of_a_trained_caption_model_are_its_own() -> None:
 
     assert validation_prompts("shapes-ursa") == [i.prompt for i in heldout_caption_set(3).items]
     assert validation_prompts("tiny-ursa") is None and validation_prompts("tiny-qwen-edit") is None
+
+
+# ---- shapes-qwen-edit ------------------------------------------------------------------------------------
+#: How many of the first eight held-out edits the committed model does right (fp32, run defaults, 1 thread):
+#: all eight (39 of all 40: docs/shapes-training.md).
+HELD_OUT_FIRST_8 = 8
+
+
+def test_shapes_qwen_edit_works_at_the_worlds_size() -> None:
+    from difforge.training.shapes_qwen_edit import SETTINGS
+
+    assert read_settings(trained_path("shapes-qwen-edit")) == SETTINGS
+
+
+def test_shapes_qwen_edit_does_held_out_edits() -> None:
+    """The first eight held-out edits (every kind) through the normal engine at float32 with the run
+    defaults, as the recipe's evaluation: the committed model does HELD_OUT_FIRST_8 of them there; one
+    fewer leaves room for a CPU whose rounding tips one borderline picture, not for a lost meaning."""
+    from difforge.training.qwen_eval import evaluate
+
+    result = evaluate("shapes-qwen-edit", indices=list(range(8)))
+    assert {i.kind for i in result.items} >= {"add", "remove", "recolour", "reshape"}
+    assert sum(i.correct for i in result.items) >= HELD_OUT_FIRST_8 - 1, result.summary()

@@ -9,17 +9,13 @@ difforge's Qwen-Image-Edit loader loads unchanged.  The recipe, all seeded (CPU,
    remove, reshape);
 2. **parts** (:mod:`.qwen_parts`): a BPE tokenizer learnt on the template and the world's words, the
    tiny Qwen2.5-VL text encoder (seeded random init, frozen), a 4x VAE, a small MMDiT;
-3. **VAE**: ``vae_steps`` AdamW steps (lr ``vae_lr``, 20 warm-up steps, cosine to 5 %) on random
-   32 px crops (4 px aligned: the VAE is convolutional, so crops teach it the same edges at a quarter
-   of the cost) that always hold a shape, of the source and target pictures; the last ``vae_full``
-   of the steps on whole 64 px pictures.  Loss: L1 + MSE of the (unclamped) decode of the posterior
-   mean, each pixel weighted 1 + ``vae_weight`` within ``vae_near`` px of a shape (the background
-   would dominate a plain mean), plus a small L2 on the mean (the pipeline only ever uses the mean:
-   ``sample_mode="argmax"``); the latent mean and std over the data go into the VAE config
-   (``latents_mean`` / ``latents_std``), as the pipeline un-normalises them.  Then ``dec_steps``
-   steps of the decoder alone on noisy latents (:func:`harden_decoder`), so the MMDiT's small errors
-   still decode to flat shapes; ``--out`` runs then measure the VAE's ceiling with the checker
-   (:func:`.qwen_eval.vae_readback`);
+3. **VAE**: ``vae_steps`` AdamW steps (lr ``vae_lr``, 20 warm-up steps, cosine to 5 %) on whole
+   64 px source and target pictures that teach it a *designed* latent (:mod:`.qwen_latents`: per
+   4 x 4 cell the background colour, the nearby shape's colour and two signed-distance fields):
+   the encoder regresses it, the decoder paints the picture from it with noise added
+   (:func:`train_vae`); the latent mean and std over the data go into the VAE config
+   (``latents_mean`` / ``latents_std``), as the pipeline un-normalises them; ``--out`` runs then
+   measure the VAE's ceiling with the checker (:func:`.qwen_eval.vae_readback`);
 4. **encode once**: the reference latents (posterior mode, normalised: what
    ``QwenImageEditPipeline._encode_vae_image`` returns), the target latents, and the prompt embeddings
    of each instruction and of the negative prompt ``" "`` through ``pipe.encode_prompt`` with the
@@ -29,8 +25,10 @@ difforge's Qwen-Image-Edit loader loads unchanged.  The recipe, all seeded (CPU,
    ``u ~ U(0,1)`` through the scheduler's dynamic exponential shift for the run's 64 image tokens
    (the grid inference steps on), the noisy target's packed tokens followed by the packed reference
    tokens (``img_shapes`` [(1,8,8), (1,8,8)]), timestep ``s`` (the pipeline passes ``t / 1000``);
-   AdamW ``lr``, ``warmup`` steps, cosine to 5 %, clip 1; ``p_uncond`` of the rows get the negative prompt's embedding so true CFG (default 4, negative
-   ``" "``) has a trained unconditional branch;
+   early on a decaying share of the rows (``high_noise``) at ``s ~ U(high_from, 1)`` instead, where
+   sampling starts; AdamW ``lr``, ``warmup`` steps, cosine to 5 %, clip 1; ``p_uncond`` of the rows
+   get the negative prompt's embedding so true CFG (default 4, negative ``" "``) has a trained
+   unconditional branch;
 6. **save**: ``QwenImageEditPipeline.save_pretrained`` into a temporary sibling folder, plus
    ``difforge.json`` (64 px reference and output areas), then one rename;
 7. **evaluate** (unless ``--no-eval``): the 40 held-out edits through the normal engine at fp32 with
@@ -58,6 +56,7 @@ import torch.nn.functional as F
 from difforge.models.qwen_edit.vae_convs import two_d as single_frame_convs
 from difforge.shapes.world import edits, render
 from difforge.training.loop import RunningLog, optimiser_step
+from difforge.training.qwen_latents import designed_latents, shape_ids
 from difforge.training.qwen_parts import (
     TEMPLATE,
     Arch,
@@ -87,21 +86,20 @@ class Recipe:
     arch: Arch = field(default_factory=Arch)
     vae_steps: int = 2000
     vae_batch: int = 8
-    vae_crop: int = 32
-    vae_full: float = 0.1
     vae_lr: float = 3e-3
     vae_near: int = 3
     vae_weight: float = 9.0
-    vae_kl: float = 1e-4
-    vae_noise: float = 0.0
-    dec_steps: int = 500
-    dec_lr: float = 1e-3
-    dec_noise: float = 0.5
-    steps: int = 2500
+    vae_noise: float = 0.5
+    steps: int = 10000
     batch: int = 32
     lr: float = 3e-3
     warmup: int = 100
     p_uncond: float = 0.1
+    #: At step k, this fraction x (1 - k / steps) of the rows draws sigma from U(high_from, 1) instead: the
+    #: first sampling steps start from pure noise, where the model must produce the edit from the reference
+    #: and the instruction alone, and that is what it learns last (docs/shapes-training.md).
+    high_noise: float = 0.5
+    high_from: float = 0.7
     encode_batch: int = 64
 
     def to_json(self) -> dict:
@@ -117,6 +115,8 @@ class EditData:
     targets: np.ndarray
     instructions: list[str]
     kinds: list[str]
+    source_ids: np.ndarray  # N x 64 x 64 shape-id maps (qwen_latents.shape_ids): what the VAE's latent names
+    target_ids: np.ndarray
 
     def digest(self, n: int | None = None) -> str:
         """sha256 of the first ``n`` triples (pixels and instructions): what a rerun must reproduce."""
@@ -136,6 +136,8 @@ def make_data(seed: int, n: int) -> EditData:
         np.stack([render(e.target) for e in triples]),
         [e.instruction for e in triples],
         [e.kind for e in triples],
+        np.stack([shape_ids(e.source) for e in triples]),
+        np.stack([shape_ids(e.target) for e in triples]),
     )
 
 
@@ -165,96 +167,39 @@ def shape_weights(images: np.ndarray, near: int, weight: float) -> np.ndarray:
     return (1 + weight * grown).numpy()
 
 
-def _crop_offsets(rng: np.random.Generator, fg: np.ndarray, crop: int, align: int) -> tuple[int, int]:
-    """An ``align``-aligned ``crop`` x ``crop`` window that contains a random shape pixel of ``fg``."""
-    ys, xs = np.nonzero(fg)
-    k = int(rng.integers(len(ys)))
-    out = []
-    for c in (ys[k], xs[k]):
-        lo, hi = -(-max(0, c - crop + 1) // align), min(c, SIZE - crop) // align
-        out.append(int(rng.integers(lo, hi + 1)) * align)
-    return out[0], out[1]
-
-
 def train_vae(vae, data: EditData, r: Recipe, log: Log) -> list[float]:
-    """Reconstruction training on aligned random crops that always hold a shape (the last
-    ``vae_full`` fraction of the steps on whole pictures); returns the loss of every step."""
+    """Teach the VAE the designed latent (:mod:`.qwen_latents`) on whole 64 px pictures, both halves in
+    each step (they share no parameters): the encoder (with ``quant_conv``) regresses the designed latent
+    of the picture (MSE in units of each channel's std); the decoder (with ``post_quant_conv``) paints the
+    picture from the designed latent plus Gaussian noise of ``U(0, vae_noise)`` times each channel's std
+    (the MMDiT's errors are of that order, and a decoder that never saw them draws speckles), loss L1 + MSE
+    of the unclamped decode, each pixel weighted 1 + ``vae_weight`` within ``vae_near`` px of a shape (the
+    background would dominate a plain mean).  Returns the loss of every step."""
     pool = np.concatenate([data.sources, data.targets])
-    weights = shape_weights(pool, r.vae_near, r.vae_weight)
-    fg = weights > 1
+    designed = designed_latents(pool, np.concatenate([data.source_ids, data.target_ids]))
+    std = designed.transpose(0, 1).reshape(designed.shape[1], -1).std(1).view(1, -1, 1, 1, 1)
+    weights = torch.from_numpy(shape_weights(pool, r.vae_near, r.vae_weight))
     rng = np.random.default_rng([r.seed, 1])
     g = torch.Generator().manual_seed(r.seed * 1000 + 4)
     opt = torch.optim.AdamW(vae.parameters(), lr=r.vae_lr, weight_decay=0.0)
     vae.train()
     running = RunningLog("vae", r.vae_steps, log)
-    align = 2 ** (len(r.arch.vae_dim_mult) - 1)
-    full_from = round(r.vae_steps * (1 - r.vae_full))
     for step in range(r.vae_steps):
         warm = min(1.0, (step + 1) / 20)
         lr = r.vae_lr * warm * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * step / max(1, r.vae_steps))))
         for group in opt.param_groups:
             group["lr"] = lr
         idx = rng.integers(len(pool), size=r.vae_batch)
-        crop = SIZE if step >= full_from else r.vae_crop
-        offs = [_crop_offsets(rng, fg[i], crop, align) for i in idx]
-        batch = np.stack([pool[i, y : y + crop, x : x + crop] for i, (y, x) in zip(idx, offs, strict=True)])
-        w = torch.from_numpy(
-            np.stack([weights[i, y : y + crop, x : x + crop] for i, (y, x) in zip(idx, offs, strict=True)]))
-        w = w[:, None, None] / w.mean()
-        x = to_pixels(batch)
+        x, z = to_pixels(pool[idx]), designed[idx]
+        w = weights[idx][:, None, None]
+        w = w / w.mean()
+        level = r.vae_noise * torch.rand(len(idx), 1, 1, 1, 1, generator=g)
         with single_frame_convs(vae):
             mean = vae.encode(x).latent_dist.mean
-            noisy = mean
-            if r.vae_noise:
-                noisy = mean + r.vae_noise * mean.detach().std() * torch.randn(mean.shape, generator=g)
-            rec = decode_unclamped(vae, noisy)
+            rec = decode_unclamped(vae, z + level * std * torch.randn(z.shape, generator=g))
         err = rec - x
-        loss = (w * err.abs()).mean() + (w * err.pow(2)).mean() + r.vae_kl * mean.pow(2).mean()
+        loss = (w * err.abs()).mean() + (w * err.pow(2)).mean() + ((mean - z) / std).pow(2).mean()
         running(step, optimiser_step(opt, loss, vae.parameters(), clip=1.0), lr)
-    vae.eval()
-    return running.losses
-
-
-def harden_decoder(vae, data: EditData, r: Recipe, log: Log) -> list[float]:
-    """Teach the decoder (and ``post_quant_conv``) to draw clean pictures from slightly wrong latents:
-    ``dec_steps`` steps with the encoder frozen, decoding the posterior mean plus Gaussian noise of
-    ``U(0, dec_noise)`` times each latent channel's std (the MMDiT's errors, in the normalised units it
-    works in, are of that order).  The encoder does not change, so the latents the MMDiT trains on do
-    not either.  Same crops and loss as :func:`train_vae`; returns the loss of every step."""
-    pool = np.concatenate([data.sources, data.targets])
-    weights = shape_weights(pool, r.vae_near, r.vae_weight)
-    fg = weights > 1
-    rng = np.random.default_rng([r.seed, 3])
-    g = torch.Generator().manual_seed(r.seed * 1000 + 6)
-    with torch.no_grad(), single_frame_convs(vae):
-        sample = vae.encode(to_pixels(pool[rng.integers(len(pool), size=64)])).latent_dist.mean
-    std = sample.transpose(0, 1).reshape(sample.shape[1], -1).std(1).view(1, -1, 1, 1, 1)
-    params = [*vae.decoder.parameters(), *vae.post_quant_conv.parameters()]
-    opt = torch.optim.AdamW(params, lr=r.dec_lr, weight_decay=0.0)
-    vae.train()
-    running = RunningLog("decoder", r.dec_steps, log)
-    align = 2 ** (len(r.arch.vae_dim_mult) - 1)
-    for step in range(r.dec_steps):
-        cosine = 0.5 * (1 + math.cos(math.pi * step / max(1, r.dec_steps)))
-        lr = r.dec_lr * min(1.0, (step + 1) / 20) * (0.05 + 0.95 * cosine)
-        for group in opt.param_groups:
-            group["lr"] = lr
-        idx = rng.integers(len(pool), size=r.vae_batch)
-        offs = [_crop_offsets(rng, fg[i], r.vae_crop, align) for i in idx]
-        c = r.vae_crop
-        batch = np.stack([pool[i, y : y + c, x : x + c] for i, (y, x) in zip(idx, offs, strict=True)])
-        w = torch.from_numpy(
-            np.stack([weights[i, y : y + c, x : x + c] for i, (y, x) in zip(idx, offs, strict=True)]))
-        w = w[:, None, None] / w.mean()
-        x = to_pixels(batch)
-        with single_frame_convs(vae):
-            with torch.no_grad():
-                mean = vae.encode(x).latent_dist.mean
-            level = r.dec_noise * torch.rand(len(idx), 1, 1, 1, 1, generator=g)
-            rec = decode_unclamped(vae, mean + level * std * torch.randn(mean.shape, generator=g))
-        err = rec - x
-        loss = (w * err.abs()).mean() + (w * err.pow(2)).mean()
-        running(step, optimiser_step(opt, loss, params, clip=1.0), lr)
     vae.eval()
     return running.losses
 
@@ -352,6 +297,9 @@ def train_transformer(transformer, scheduler, enc: Encoded, r: Recipe, log: Log)
         e, m = e[:, :keep], m[:, :keep]
         u = torch.rand(r.batch, generator=g).clamp(1e-4, 1 - 1e-4)
         sigma = shift_sigmas(u, tokens, scheduler)
+        if r.high_noise:  # early steps spend more rows where sampling starts (see Recipe.high_noise)
+            high = torch.rand(r.batch, generator=g) < r.high_noise * (1 - step / r.steps)
+            sigma = torch.where(high, r.high_from + (1 - r.high_from) * torch.rand(r.batch, generator=g), sigma)
         noise = torch.randn(x0.shape, generator=g)
         s = sigma[:, None, None]
         xt = (1 - s) * x0 + s * noise
@@ -415,8 +363,7 @@ def _load_vae(pipe, folder: Path, r: Recipe) -> None:
 
     meta = json.loads((Path(folder) / "training.json").read_text(encoding="utf-8"))["recipe"]
     mine = json.loads(json.dumps(r.to_json()))  # tuples as the JSON file's lists
-    same = ("seed", "n_edits", "arch", "vae_steps", "vae_batch", "vae_crop", "vae_full", "vae_lr", "vae_near",
-            "vae_weight", "vae_kl", "vae_noise", "dec_steps", "dec_lr", "dec_noise")
+    same = ("seed", "n_edits", "arch", "vae_steps", "vae_batch", "vae_lr", "vae_near", "vae_weight", "vae_noise")
     diff = [k for k in same if meta.get(k) != mine[k]]
     if diff:
         raise SystemExit(f"--vae-from {folder}: its VAE was trained with other {', '.join(diff)}")
@@ -435,10 +382,9 @@ def train(r: Recipe, log: Log = print, vae_from: Path | None = None, readback: b
     pipe = build_pipeline(r)
     if vae_from is None:
         vae_losses = train_vae(pipe.vae, data, r, log)
-        dec_losses = harden_decoder(pipe.vae, data, r, log)
     else:
         _load_vae(pipe, vae_from, r)
-        vae_losses, dec_losses = [], []
+        vae_losses = []
         log(f"vae from {vae_from}")
     t_vae = time.perf_counter() - t0
     vae_readback = None
@@ -459,7 +405,6 @@ def train(r: Recipe, log: Log = print, vae_from: Path | None = None, readback: b
         "mmdit_loss_last100": sum(mmdit_losses[-100:]) / max(1, len(mmdit_losses[-100:])),
         "seconds": {"vae": round(t_vae), "encode": round(t_enc - t_vae), "mmdit": round(time.perf_counter() - t0 - t_enc)},
         "vae_losses": vae_losses,
-        "decoder_losses": dec_losses,
         "mmdit_losses": mmdit_losses,
     }
     return pipe, summary
