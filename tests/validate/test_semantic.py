@@ -136,3 +136,25 @@ def test_shapes_ursa_semantic_rung_passes_clean_and_fails_shifted_embeddings(tmp
     else:
         assert sem["data"]["device_lost"] > sem["data"]["floor_lost"] + 2 * sem["data"]["allowance"]
         assert data["verdict"] == "FAIL" and code == 1
+
+
+@pytest.mark.parametrize("fault, verdict", [("none", "PASS"), ("embedding_shift", "FAIL"), ("cat_swap", "FAIL")])
+def test_shapes_qwen_edit_semantic_rung_passes_clean_and_fails_a_port_that_loses_the_edit(
+        tmp_path: Path, fault: str, verdict: str) -> None:
+    """The same on the trained edit model, its held-out edits (--quick: 4).  ``embedding_shift`` makes every
+    instruction word the next word of the text encoder's vocabulary; ``cat_swap`` swaps the order of every
+    concatenation of two same-shape bf16 tensors: either port still draws a picture, it no longer does the
+    edit asked for."""
+    from .fault_cli import main as fault_main
+
+    args = [arg if arg != "shapes-ursa" else "shapes-qwen-edit" for arg in _shapes_ursa(tmp_path / "r")]
+    code = fault_main([fault, "--", *args])
+    data = json.loads((tmp_path / "r" / "report.json").read_text())
+    sem = data["rungs"]["semantic"]
+    assert sem["verdict"] == verdict, sem["summary"]
+    assert sem["data"]["n"] == 4 and sem["data"]["reference_correct"] >= 3
+    if verdict == "PASS":
+        assert sem["data"]["device_correct"] >= 3 and code == 0
+    else:
+        assert sem["data"]["device_lost"] > sem["data"]["floor_lost"] + 2 * sem["data"]["allowance"]
+        assert data["verdict"] == "FAIL" and code == 1
