@@ -113,7 +113,7 @@ def tiny_edits(out: Path) -> tuple[str, dict[str, Any]]:
     t0 = time.perf_counter()
     res = api.edit(str(src), "make it red", model="tiny-qwen-edit", steps=4, seed=0,
                    output=str(out / "edit.png"), record=str(out / "edit.json"), quiet=True)
-    print(f"[edit] tiny-qwen-edit (random weights; shapes-qwen-edit is not trained yet) -> image {res.paths[0]}  "
+    print(f"[edit] tiny-qwen-edit (random weights; this checkout has no shapes-qwen-edit weights) -> image {res.paths[0]}  "
           f"record {out / 'edit.json'}  ({time.perf_counter() - t0:.1f}s)")
     t0 = time.perf_counter()
     res = api.edit([str(src), str(src2)], "put both in one picture", model="tiny-qwen-edit-plus", steps=4, seed=0,
