@@ -76,9 +76,9 @@ def test_validate_prompts_of_a_trained_caption_model_are_its_own() -> None:
 
 
 # ---- shapes-qwen-edit ------------------------------------------------------------------------------------
-#: How many of the first eight held-out edits the committed model does right (fp32, run defaults, 1 thread):
-#: all eight (39 of all 40: docs/shapes-training.md).
-HELD_OUT_FIRST_8 = 8
+#: How many of the first eight held-out edits the committed model does right (fp32, run defaults): seven, all
+#: but e004's recolour, its one miss of the 40 (docs/shapes-training.md).
+HELD_OUT_FIRST_8 = 7
 
 
 def test_shapes_qwen_edit_works_at_the_worlds_size() -> None:
