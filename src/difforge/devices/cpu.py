@@ -7,6 +7,7 @@ under the process's cgroup limit, read below.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import ClassVar
@@ -149,3 +150,17 @@ class CPUBackend(Backend):
     def preferred_dtype(self) -> torch.dtype:
         # bf16/fp16 matmuls on CPU are slow and lossy; float32 is the reference dtype.
         return torch.float32
+
+
+@functools.cache
+def fused_sdpa_low_precision_ok() -> bool:
+    """Whether torch's fused CPU attention kernel can run bf16/fp16 in this process.
+
+    On a CPU with AMX tiles (Sapphire Rapids and later), torch 2.13's flash kernel takes its AMX path
+    from the hardware, but the packing it calls checks the *dispatch* level: with
+    ``ATEN_CPU_CAPABILITY`` set below avx512 (how the parity tests pin kernels, and how a user may) every
+    bf16 call raises "pack_vnni2 is only supported when avx512 is supported".  Seen on an Intel Xeon
+    with AMX under ``ATEN_CPU_CAPABILITY=default``; where False, attention runs SDPA's math kernel.
+    """
+    amx = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
+    return not amx or torch.backends.cpu.get_cpu_capability() == "AVX512"
