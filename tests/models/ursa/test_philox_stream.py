@@ -27,6 +27,7 @@ from difforge.models.ursa.sampling import (
 from difforge.runtime import philox
 from difforge.runtime.philox import philox_words
 from difforge.runtime.record import RunRecord
+from tests.dispatch import LOWERED_REASON, dispatch_lowered
 
 CPU = torch.device("cpu")
 
@@ -124,6 +125,7 @@ def test_every_draw_of_a_run_has_its_own_counter_words(tiny_pipe: URSAPipeline, 
 @pytest.mark.slow
 @pytest.mark.parametrize("sampler", PHILOX_SAMPLERS)
 @pytest.mark.skipif(not compile_policy("cpu").available, reason=f"no CPU compile here: {compile_policy('cpu').detail}")
+@pytest.mark.skipif(dispatch_lowered(), reason=LOWERED_REASON)
 def test_tiny_ursa_step_eager_equals_compiled(tiny_pipe: URSAPipeline, sampler: str) -> None:
     """The sampler block compiled by the CPU's policy (Inductor) gives the eager block's tokens, every step kind."""
     compiled = CPUBackend().compile_policy().compile(sampler_block(sampler))
