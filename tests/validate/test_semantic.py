@@ -113,8 +113,8 @@ def test_a_bad_prompt_set_is_refused_before_anything_runs(tmp_path: Path) -> Non
 
 
 # ---- on the committed trained model: the rung passes a clean port and fails one that loses meaning ------
-def _shapes_ursa(out: Path) -> list[str]:
-    return ["validate", "--model", "shapes-ursa", "--device", "cpu", "--dtype", "bfloat16", "--quick", "--seed", "0",
+def _validate_args(model: str, out: Path) -> list[str]:
+    return ["validate", "--model", model, "--device", "cpu", "--dtype", "bfloat16", "--quick", "--seed", "0",
             "--rounds", "1", "--warmup", "0", "--no-speed-table", "--quiet", "--out", str(out)]
 
 
@@ -126,7 +126,7 @@ def test_shapes_ursa_semantic_rung_passes_clean_and_fails_shifted_embeddings(tmp
     token the next code): the numbers of such a port can stay near the floor, its pictures cannot."""
     from .fault_cli import main as fault_main
 
-    code = fault_main([fault, "--", *_shapes_ursa(tmp_path / "r")])
+    code = fault_main([fault, "--", *_validate_args("shapes-ursa", tmp_path / "r")])
     data = json.loads((tmp_path / "r" / "report.json").read_text())
     sem = data["rungs"]["semantic"]
     assert sem["verdict"] == verdict, sem["summary"]
@@ -147,8 +147,7 @@ def test_shapes_qwen_edit_semantic_rung_passes_clean_and_fails_a_port_that_loses
     edit asked for."""
     from .fault_cli import main as fault_main
 
-    args = [arg if arg != "shapes-ursa" else "shapes-qwen-edit" for arg in _shapes_ursa(tmp_path / "r")]
-    code = fault_main([fault, "--", *args])
+    code = fault_main([fault, "--", *_validate_args("shapes-qwen-edit", tmp_path / "r")])
     data = json.loads((tmp_path / "r" / "report.json").read_text())
     sem = data["rungs"]["semantic"]
     assert sem["verdict"] == verdict, sem["summary"]

@@ -73,8 +73,9 @@ def designed_latents(images: np.ndarray, ids: np.ndarray, chunk: int = 32) -> to
     out = []
     for i in range(0, n, chunk):
         xb = x[i : i + chunk].reshape(-1, height * width, 3)
+        ids_b = id_map[i : i + chunk]
         bg = xb[:, :1]  # the world keeps a margin: the corner pixel is background
-        fg = (xb != bg).any(-1)  # b x pixels
+        fg = ids_b > 0  # b x pixels
         d_fg, nearest = torch.where(fg[:, None], dist, far).min(-1)  # b x cells
         d_bg = torch.where(~fg[:, None], dist, far).min(-1).values
         sd = d_fg - d_bg
@@ -82,7 +83,7 @@ def designed_latents(images: np.ndarray, ids: np.ndarray, chunk: int = 32) -> to
         a = ((FAR - sd) / (FAR / 2)).clamp(0, 1)[..., None]
         bgc = bg.expand_as(colour)
         colour = a * colour + (1 - a) * bgc
-        code = a * codes[torch.gather(id_map[i : i + chunk], 1, nearest)][..., None]
+        code = a * codes[torch.gather(ids_b, 1, nearest)][..., None]
         z = torch.cat([bgc / 127.5 - 1, colour / 127.5 - 1, torch.tanh(sd / SHARP)[..., None], code], -1)  # b x cells x 8
         out.append(z.transpose(1, 2).reshape(-1, CHANNELS, gh, gw))
     return torch.cat(out).unsqueeze(2)

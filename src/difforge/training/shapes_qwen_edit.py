@@ -11,7 +11,8 @@ difforge's Qwen-Image-Edit loader loads unchanged.  The recipe, all seeded (CPU,
    tiny Qwen2.5-VL text encoder (seeded random init, frozen), a 4x VAE, a small MMDiT;
 3. **VAE**: ``vae_steps`` AdamW steps (lr ``vae_lr``, 20 warm-up steps, cosine to 5 %) on whole
    64 px source and target pictures that teach it a *designed* latent (:mod:`.qwen_latents`: per
-   4 x 4 cell the background colour, the nearby shape's colour and two signed-distance fields):
+   4 x 4 cell the background colour, the nearby shape's colour, the outline's signed distance and
+   which shape is near):
    the encoder regresses it, the decoder paints the picture from it with noise added
    (:func:`train_vae`); the latent mean and std over the data go into the VAE config
    (``latents_mean`` / ``latents_std``), as the pipeline un-normalises them; ``--out`` runs then
