@@ -86,6 +86,22 @@ class Probe(Protocol):
         """The ops of one forward step on ``inputs``, each with its fp32 CPU reference and floor output."""
         ...
 
+    # ---- optional: validation asks with ``getattr`` and does without them ---------------------------
+    def sampler_step(self, cfg: RunConfig, i: int, inputs: dict[str, Tensor], logits: Tensor,
+                     emulate: torch.dtype | None = None, x1: Tensor | None = None) -> dict[str, Tensor]:
+        """A discrete sampler's step ``i`` alone on given ``logits`` (the reference's) and recorded ``inputs``,
+        with the same draws on every side: its continuous internals and the tokens it draws.  ``emulate``: run
+        on the host with the logits held in that dtype and every low-precision op on float32 kernels (the
+        reference and an emulated floor); None: natively on the pipeline's device.  ``x1``: the draw the
+        internals are computed for (the reference's), so they compare arithmetic, not draws.  A family whose step is
+        all network (Qwen's velocity) has none: the step rung then judges the network output alone."""
+        raise NotImplementedError
+
+    def portable_stream(self, cfg: RunConfig) -> bool:
+        """Whether a run of ``cfg`` draws from a stream that gives every device the same numbers, so its
+        discrete outputs can be compared one by one (default: the family has none to compare)."""
+        return False
+
 
 def detach(t: Any) -> Any:
     """A clone that outlives the forward it was captured from (non-tensors pass through)."""
@@ -113,7 +129,14 @@ class LowPrecisionOnFloat32(TorchFunctionMode):
     inputs are all ``dtype`` computes in float32 and rounds its result to ``dtype``; calls that mix in
     float32 (an op's deliberate float32 statistics) compute and stay in float32; dtype conversions run
     as they are.  So each intermediate is rounded exactly where a ``dtype`` kernel would round it, but
-    no ``dtype`` kernel runs - the floor a broken bf16/fp16 kernel cannot share."""
+    no ``dtype`` kernel runs - the floor a broken bf16/fp16 kernel cannot share.
+
+    ``more``: further low-precision dtypes emulated the same way, for code that computes in two of them
+    (URSA's sampler holds its distance buffer in the run dtype and its codebook in float16).  A call
+    whose inputs are all among them rounds to their promoted dtype, as torch's own kernel would return
+    (bfloat16 with float16 promotes to float32: no rounding); a result written through ``out=`` or in
+    place is rounded by the copy into the caller's tensor, which is what the real kernel's store does.
+    """
 
     CONVERSIONS = frozenset({torch.Tensor.to, torch.Tensor.float, torch.Tensor.double, torch.Tensor.half,
                              torch.Tensor.bfloat16, torch.Tensor.type, torch.Tensor.type_as})
@@ -126,20 +149,32 @@ class LowPrecisionOnFloat32(TorchFunctionMode):
                              "__len__", "__bool__", "__index__", "__int__", "__float__", "__iter__", "__hash__",
                              "copy_", "size", "dim", "numel", "is_floating_point", "element_size", "stride"})
 
-    def __init__(self, dtype: torch.dtype) -> None:
+    def __init__(self, dtype: torch.dtype, *more: torch.dtype) -> None:
         super().__init__()
         self.dtype = dtype
+        self.dtypes = frozenset((dtype, *more))
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
         if func in self.CONVERSIONS or name in self.CONVERSION_NAMES or name in self.AS_THEY_ARE:
             return func(*args, **kwargs)  # conversions, attribute reads (``t.dtype``), indexing: exact
-        floats = [t for t in _tensors((args, kwargs)) if t.is_floating_point()]
-        if not floats or any(t.dtype != self.dtype for t in floats):
+        target = kwargs.get("out")
+        inputs = {k: v for k, v in kwargs.items() if k != "out"} if isinstance(target, Tensor) else kwargs
+        floats = [t for t in _tensors((args, inputs)) if t.is_floating_point()]
+        if not floats or any(t.dtype not in self.dtypes for t in floats):
             return func(*args, **kwargs)
-        out = func(*map_tensors(args, _up), **map_tensors(kwargs, _up))
-        out = map_tensors(out, lambda t: t.to(self.dtype) if t.is_floating_point() else t)
+        result = floats[0].dtype
+        for t in floats[1:]:
+            result = torch.promote_types(result, t.dtype)
+        asked = inputs.get("dtype")
+        if isinstance(asked, torch.dtype) and asked.is_floating_point:  # softmax(x, dtype=float32): as asked
+            result = asked
+        out = func(*map_tensors(args, _up), **map_tensors(inputs, _up))
+        out = map_tensors(out, lambda t: t.to(result) if t.is_floating_point() else t)
+        if isinstance(target, Tensor):  # out=: the kernel stores into the caller's tensor (rounding to its dtype)
+            target.copy_(out)
+            return target
         if name.endswith("_") and args and isinstance(args[0], Tensor):  # in place: write into the original
             args[0].copy_(out)
             return args[0]

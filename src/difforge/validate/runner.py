@@ -43,7 +43,7 @@ from .semantic import QUICK_N as QUICK_SEMANTIC
 from .semantic import Scored, semantic_rung
 from .smoke import smoke_rung
 from .steps import StepTrace, step_rung
-from .trajectory import TrajectoryRun, trajectory_rung
+from .trajectory import TrajectoryRun, shared_stream, trajectory_rung
 from .verdict import RungResult, Verdict, overall
 
 #: Writes report.md/.html/.json for a result into a folder; returns {kind: path}.  Passed in by the
@@ -566,7 +566,8 @@ class _Climb:
             rungs["trajectory"] = _not_run("trajectory", runs.error)
         else:
             label = lad.floor_label
-            rungs["trajectory"] = _guard("trajectory", lambda: trajectory_rung(runs.traj, label))
+            shared = shared_stream(dut, self.cfg0)  # discrete tokens are judged only on a shared stream
+            rungs["trajectory"] = _guard("trajectory", lambda: trajectory_rung(runs.traj, label, shared))
         prog.done(rungs["trajectory"], t0)
 
     def semantic(self) -> None:

@@ -24,6 +24,7 @@ from .thresholds import (
     BLOCK_COS_DIVERGE,
     RATIO_FAIL,
     RATIO_PASS,
+    token_allowance,
 )
 from .verdict import Row, RungResult, Verdict
 
@@ -201,6 +202,94 @@ def judge_step(cos: float, rel: float, floor_cos: float | None, floor_rel: float
     return judge_floor(cos, rel, floor_rel)[0]
 
 
+# ---- URSA's sampler step, teacher-forced on the reference's logits ----------------------------------
+def token_disagreement_ratio(dut: float, floor: float, n: int) -> float:
+    """A side's share of tokens that differ from the reference's, over the floor's share plus the
+    near-boundary allowance (:func:`~.thresholds.token_allowance` of ``n`` tokens): judged like every
+    floor ratio (:data:`RATIO_PASS` / :data:`RATIO_FAIL`), never infinite, NaN only for NaN input."""
+    if dut != dut or floor != floor:
+        return float("nan")
+    return dut / (floor + token_allowance(n))
+
+
+def _ratio_verdict(ratio: float) -> Verdict:
+    if ratio != ratio:
+        return Verdict.FAIL
+    if ratio <= RATIO_PASS:
+        return Verdict.PASS
+    return Verdict.WARN if ratio <= RATIO_FAIL else Verdict.FAIL
+
+
+def _sampler_sides(dut: Any, ref: Any, floor: Any | None) -> bool:
+    """Every side can run its sampler step alone (a golden bundle's reference cannot: it stores no sampler)."""
+    return all(hasattr(p, "sampler_step") for p in (dut, ref) + ((floor,) if floor is not None else ()))
+
+
+def sampler_outputs(dut: Any, ref: Any, floor: Any | None, cfg: RunConfig, i: int, inputs: dict[str, torch.Tensor],
+                    logits: torch.Tensor) -> tuple[dict, dict, dict | None]:
+    """Each side's sampler step ``i`` on the same ``logits`` (the reference's float32 guided logits), the same
+    Philox draws and the reference's drawn targets ``x1``: the device natively in its dtype; the reference in float32 with any low-precision work on
+    float32 kernels; the floor - when it is an emulated one (a float32 pipeline standing for a low-precision
+    device) - in the device's dtype on float32 kernels, else natively (a second real device)."""
+    r = ref.sampler_step(cfg, i, inputs, logits, emulate=ref.dtype)
+    x1 = r["x1"]  # every side's rates are computed for the reference's targets (see the probe's sampler_step)
+    d = dut.sampler_step(cfg, i, inputs, logits, x1=x1)
+    if floor is None:
+        return d, r, None
+    if floor is ref:
+        return d, r, r
+    if floor is dut:
+        return d, r, d
+    emulated_floor = floor.dtype not in (torch.bfloat16, torch.float16) and dut.dtype in (torch.bfloat16, torch.float16)
+    f = floor.sampler_step(cfg, i, inputs, logits, emulate=dut.dtype if emulated_floor else None, x1=x1)
+    return d, r, f
+
+
+def sampler_measurements(row: Row, point: dict[str, Any], dut: Any, ref: Any, floor: Any | None, cfg: RunConfig,
+                         i: int, inputs: dict[str, torch.Tensor], logits: torch.Tensor) -> None:
+    """Judge the sampler/scheduler step ``i`` (URSA's jump probabilities, jump rates and drawn tokens) on
+    the reference's logits, adding its measurements to the step's ``row``: the continuous internals by
+    the floor rule (rel-L2 over the floor's, the floor raised to its absolute allowance), the tokens by
+    :func:`token_disagreement_ratio`.  The transformer's logits are judged by the row's other
+    measurements; these catch what the network output cannot show (a broken softmax, exp, normalise or
+    codebook matmul in the sampler's low-precision math)."""
+    if not _sampler_sides(dut, ref, floor) or "tokens" not in inputs:
+        return
+    d, r, f = sampler_outputs(dut, ref, floor, cfg, i, inputs, logits)
+    info: dict[str, Any] = {}
+    for name in ("jump_prob", "rate"):
+        if name not in r or name not in d:
+            continue
+        m = tensor_compare(d[name], r[name])
+        fm = tensor_compare(f[name], r[name]) if f is not None and name in f else None
+        verdict, how = judge_floor(m["cosine"], m["rel_l2"], fm["rel_l2"] if fm is not None else None)
+        ratio = floor_ratio(m["rel_l2"], fm["rel_l2"]) if fm is not None else None
+        row.add(f"sampler {name} cosine", m["cosine"])
+        row.add(f"sampler {name} rel_l2 / floor", ratio if ratio is not None else m["rel_l2"],
+                f"<= {RATIO_PASS:g} PASS, <= {RATIO_FAIL:g} WARN; cosine >= {ABS_COS_FAIL}", verdict, "difforge-ratio")
+        bad = m["nonfinite_dut"] - m["nonfinite_ref"]
+        if bad > 0:
+            row.add(f"sampler {name} nonfinite_only_device", bad, "= 0", Verdict.FAIL, "msprobe-nan")
+        info[name] = {"cosine": m["cosine"], "rel_l2": m["rel_l2"], "floor_rel_l2": fm["rel_l2"] if fm else None,
+                      "ratio": ratio, "decision": how}
+    n = int(r["tokens"].numel())
+    dis = 1.0 - _token_agreement(d["tokens"], r["tokens"])
+    row.add("sampler x1 agreement", _token_agreement(d["x1"], r["x1"]))
+    if f is not None:
+        f_dis = 1.0 - _token_agreement(f["tokens"], r["tokens"])
+        ratio = token_disagreement_ratio(dis, f_dis, n)
+        row.add("sampler token disagreement", dis)
+        row.add("sampler floor token disagreement", f_dis)
+        row.add("sampler tokens / (floor + allowance)", ratio,
+                f"<= {RATIO_PASS:g} PASS, <= {RATIO_FAIL:g} WARN (allowance {token_allowance(n):.3g})",
+                _ratio_verdict(ratio), "difforge-tokens")
+        info["tokens"] = {"disagreement": dis, "floor_disagreement": f_dis, "ratio": ratio, "n": n}
+    else:
+        row.add("sampler token disagreement", dis)  # no floor: nothing to hold it against
+        info["tokens"] = {"disagreement": dis, "n": n}
+    point["sampler"] = info
+
+
 def step_rows(dut: Any, ref: Any, cfg: RunConfig, trace: StepTrace, label: str = "", floor: Any | None = None,
               ) -> tuple[list[Row], list[dict]]:
     """Replay every recorded step on the pipelines; one row (and one JSON dict) per step."""
@@ -247,6 +336,8 @@ def step_rows(dut: Any, ref: Any, cfg: RunConfig, trace: StepTrace, label: str =
             if f_s is not None:
                 row.add("floor sampled agreement", f_s)
             point["sampled_agreement"] = sampled
+        if key == "logits":
+            sampler_measurements(row, point, dut, ref, floor, cfg, i, inputs, ref_out[key])
         recorded = trace.outputs[i].get(key)
         if isinstance(recorded, torch.Tensor) and recorded.shape == ref_out[key].shape:
             # Harness self-check: the reference's replay must reproduce its own run.

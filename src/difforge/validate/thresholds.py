@@ -72,6 +72,13 @@ SOURCES: dict[str, tuple[str, str]] = {
         "numpy_cosine_similarity_distance(fp16 output, fp32 output) < 5e-2 (acceptance.md c.2); used only "
         "when no noise floor exists, and then at best WARN: an absolute bound proves no port correct",
     ),
+    "difforge-tokens": (
+        "difforge (derived)",
+        "discrete tokens drawn from the same Philox words on every side: the device's share of tokens that differ "
+        "from the reference over (the floor's share + an allowance of max(TOKEN_ALLOWANCE_SHARE, one token)) "
+        "<= 2 PASS, <= 3 WARN (the floor rule); the allowance covers draws that land within rounding of a "
+        "cumulative-sum boundary, which a floor sharing none of the device's kernels need not hit",
+    ),
     "peak-table": (
         "vendor datasheets",
         "dense (non-sparse) peak TFLOP/s per dtype, see difforge.validate.bench.KNOWN_PEAKS",
@@ -123,6 +130,18 @@ FLOOR_MIN_RMSE_LEVELS = 1.0
 #: Without a noise floor: image cosine distance (1 - cos) of device vs reference must stay below this
 #: (diffusers' fp16-vs-fp32 pipeline test); passing it is still only a WARN.
 NO_FLOOR_COS_DIST = 5e-2
+
+# ---- discrete tokens (URSA's sampler step and final tokens) ------------------------------------------
+#: Share of tokens a clean port may draw differently from the floor without being judged: a uniform that
+#: falls within float rounding of a cumulative-sum boundary (or of the jump threshold) picks the
+#: neighbouring code on one side only.  One token is the least that can differ, so it is the floor of it.
+TOKEN_ALLOWANCE_SHARE = 0.02
+
+
+def token_allowance(n: int) -> float:
+    """The near-boundary allowance for ``n`` compared tokens: TOKEN_ALLOWANCE_SHARE, at least one token."""
+    return max(TOKEN_ALLOWANCE_SHARE, 1.0 / max(1, int(n)))
+
 
 # ---- smoke ------------------------------------------------------------------------------------------
 BLANK_STD_LEVELS = 2.0

@@ -7,6 +7,15 @@ distance stays within the floor rule (ratio 2 PASS, 3 WARN, beyond FAIL; the rul
 NPU-vs-GPU comparisons).  When no floor exists nothing can be proven about precision: each image is
 then held to diffusers' absolute fp16-vs-fp32 bound (cosine distance < 0.05), which fails a broken
 image but passes a good one only as a WARN, never a PASS.
+
+A discrete model's final tokens (URSA) are judged too when every side drew from a stream that gives
+the same numbers on every device (URSA's Philox stream, the default on accelerators, ``--fast
+philox-rng`` elsewhere): the device's share of tokens that differ from the reference may be at most
+2x (PASS) / 3x (WARN) the floor's plus a near-boundary allowance.  A clean bf16 image of tiny-ursa
+already sits at PSNR 14 dB from float32, so the pixels alone cannot tell a diverged sample from a
+clean one; on a shared stream a clean sample's tokens stay where the floor's do.  On the reference's
+CPU stream the draw count depends on how many tokens jump, so the sides' streams fall out of step and
+the agreement is only reported.
 """
 
 from __future__ import annotations
@@ -18,9 +27,10 @@ import numpy as np
 import torch
 from PIL import Image
 
+from ..config import RunConfig
 from .metrics import cosine, image_compare, latent_compare
-from .steps import StepTrace
-from .thresholds import FLOOR_MIN_RMSE_LEVELS, NO_FLOOR_COS_DIST, RATIO_FAIL, RATIO_PASS
+from .steps import StepTrace, token_disagreement_ratio
+from .thresholds import FLOOR_MIN_RMSE_LEVELS, NO_FLOOR_COS_DIST, RATIO_FAIL, RATIO_PASS, token_allowance
 from .verdict import Row, RungResult, Verdict
 
 LATENT_KEYS = ("latents", "tokens")
@@ -51,6 +61,10 @@ def per_step_divergence(dut: StepTrace, ref: StepTrace) -> list[dict[str, Any]]:
     return out
 
 
+def _nan_high(x: float) -> float:
+    return float("inf") if x != x else x
+
+
 def judge_ratio(ratio: float) -> Verdict:
     if ratio != ratio:
         return Verdict.FAIL
@@ -68,13 +82,20 @@ def image_cos_distance(a: Image.Image, b: Image.Image) -> float:
     return 1.0 - cosine(x, y)
 
 
+def shared_stream(probe: Any, cfg: RunConfig) -> bool:
+    """Whether a run of ``cfg`` on ``probe``'s pipeline draws from a stream that gives every device the same
+    numbers (the probe's optional ``portable_stream``; a family without one draws no discrete tokens)."""
+    fn = getattr(probe, "portable_stream", None)
+    return bool(fn(cfg)) if fn is not None else False
+
+
 def judge_without_floor(dist: float) -> Verdict:
     """No floor: beyond the absolute bound (or NaN) fails; within it is only a WARN, never a PASS."""
     return Verdict.WARN if dist < NO_FLOOR_COS_DIST else Verdict.FAIL
 
 
 def trajectory_rows(seed: int, dut: TrajectoryRun, ref: TrajectoryRun, floor: TrajectoryRun | None,
-                    label: str) -> tuple[list[Row], dict[str, Any]]:
+                    label: str, shared: bool = False) -> tuple[list[Row], dict[str, Any]]:
     rows: list[Row] = []
     data: dict[str, Any] = {"seed": seed, "images": [], "latent": None}
     for k, (a, b) in enumerate(zip(dut.images, ref.images, strict=False)):
@@ -113,6 +134,8 @@ def trajectory_rows(seed: int, dut: TrajectoryRun, ref: TrajectoryRun, floor: Tr
             for name, value in flat.items():
                 if name in ("mse", "cosine", "token_agreement"):
                     row.add(f"floor {name}", value)
+        if "token_agreement" in lat:
+            _judge_tokens(row, lat, flat, int(ref.trace.final()[key].numel()), shared)
         rows.append(row)
         data["latent"] = {"key": key, "device": lat, "floor": flat}
     data["per_step"] = per_step_divergence(dut.trace, ref.trace)
@@ -120,14 +143,34 @@ def trajectory_rows(seed: int, dut: TrajectoryRun, ref: TrajectoryRun, floor: Tr
     return rows, data
 
 
+def _judge_tokens(row: Row, lat: dict[str, Any], flat: dict[str, Any] | None, n: int, shared: bool) -> None:
+    """The final tokens' rule (module docstring): judged on a shared stream with a floor, else reported."""
+    dis = 1.0 - lat["token_agreement"]
+    if not shared:
+        row.note = ("tokens not judged: the sides drew from the reference's CPU stream, which falls out of step "
+                    "between them (judged on the portable Philox stream: --fast philox-rng)")
+        return
+    if flat is None:
+        row.note = "tokens not judged: no noise floor"
+        return
+    f_dis = 1.0 - flat["token_agreement"]
+    ratio = token_disagreement_ratio(dis, f_dis, n)
+    row.add("token disagreement", dis)
+    row.add("floor token disagreement", f_dis)
+    row.add("tokens / (floor + allowance)", ratio,
+            f"<= {RATIO_PASS:g} PASS, <= {RATIO_FAIL:g} WARN (allowance {token_allowance(n):.3g})",
+            judge_ratio(ratio), "difforge-tokens")
+
+
 def trajectory_rung(runs: list[tuple[int, TrajectoryRun, TrajectoryRun, TrajectoryRun | None]],
-                    floor_label: str) -> RungResult:
-    """``runs``: (seed, device run, reference run, floor run) per seed."""
+                    floor_label: str, shared: bool = False) -> RungResult:
+    """``runs``: (seed, device run, reference run, floor run) per seed; ``shared``: every side drew from a
+    stream that gives every device the same numbers (:func:`shared_stream`), so final tokens are judged."""
     rows: list[Row] = []
     seeds: list[dict[str, Any]] = []
     for seed, dut, ref, floor in runs:
         label = f"seed {seed} " if len(runs) > 1 else ""
-        r, d = trajectory_rows(seed, dut, ref, floor, label)
+        r, d = trajectory_rows(seed, dut, ref, floor, label, shared)
         rows.extend(r)
         seeds.append(d)
     result = RungResult.from_rows("trajectory", rows, data={"seeds": seeds, "floor": floor_label,
@@ -144,6 +187,12 @@ def trajectory_rung(runs: list[tuple[int, TrajectoryRun, TrajectoryRun, Trajecto
         worst_dist = float("nan") if any(d != d for d in dists) else max(dists)
         parts.append(f"no noise floor for {len(unfloored)} image(s), so not judged against precision: image cosine "
                      f"distance {worst_dist:.3g} (diffusers bound < {NO_FLOOR_COS_DIST:g}; at best WARN)")
+    tokens = [r for r in rows if any(m.name == "tokens / (floor + allowance)" for m in r.measurements)]
+    if tokens:
+        worst_tok = max(tokens, key=lambda r: _nan_high(r.get("tokens / (floor + allowance)")))
+        parts.append(f"final tokens: worst {worst_tok.get('token disagreement'):.1%} differ from the reference "
+                     f"(floor {worst_tok.get('floor token disagreement'):.1%}; "
+                     f"{worst_tok.get('tokens / (floor + allowance)'):.2f}x floor + allowance)")
     if not judged and not unfloored:
         # informative rows alone must never read as a PASS
         result.verdict = Verdict.FAIL if not rows else Verdict.WARN

@@ -11,9 +11,11 @@ and at the device's dtype on the reference device (the floor).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import Any, ClassVar
 
 import torch
@@ -21,14 +23,16 @@ from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from ...config import RunConfig
+from ...devices import PHILOX_STREAM
 from ...errors import InputError
 from ...ops import OpSet, plain_ops
 from ...runtime.meta import on_meta
 from ..families import URSA
-from ..probing import OpCase, cosine, detach, emulated, moved, shapes, upcast
-from .call import DEFAULT_STEPS, EXACT_OPTIMISATIONS, FAST_OPTIMISATIONS, PHILOX_RNG, cpu_copy
+from ..probing import LowPrecisionOnFloat32, OpCase, cosine, detach, emulated, moved, shapes, upcast
+from .call import DEFAULT_STEPS, EXACT_OPTIMISATIONS, FAST_OPTIMISATIONS, PHILOX_RNG, cpu_copy, random_stream
 from .pipeline import URSAPipeline
 from .rope import positions
+from .sampling import DEVICE_CHUNK, DRAW_X1, HOST_CHUNK, Draws, PhiloxDraws
 from .transformer import URSATransformer
 
 #: The sample prompts of the URSA port report (seeds/000, sections 3.4 and 6.2).
@@ -40,8 +44,14 @@ PROMPTS = (
 NEGATIVE = "worst quality, low quality, inconsistent motion, static, still, blurry, jittery, distorted, ugly"
 
 
+#: Rows (tokens) of the jump rates ``[rows, K]`` :meth:`URSAProbe.sampler_step` returns, evenly spread: a
+#: 512x512 run's rates are 1024 x 64000 floats per side, and 256 rows of them judge the rate math as well.
+RATE_ROWS = 256
+
+
 def step_seed(seed: int, i: int) -> int:
-    """Seed of the generator used by :meth:`URSAProbe.forward_step` at step ``i``."""
+    """Seed of the reference-stream generator a teacher-forced step ``i`` would use (the probe's steps
+    draw from the Philox stream of ``seed`` itself, whose counter already holds the step)."""
     return (int(seed) * 1_000_003 + int(i)) % (2**63 - 1)
 
 
@@ -138,12 +148,37 @@ class URSAProbe:
         """--height/--width must be positive multiples of the VAE's spatial stride."""
         return self.pipeline.spatial_stride
 
+    def portable_stream(self, cfg: RunConfig) -> bool:
+        """A run of ``cfg`` draws from the Philox stream (the same numbers on every device), not the
+        reference's CPU stream: then its final tokens can be compared token by token."""
+        pipe = self.pipeline
+        return random_stream(pipe.backend.random_stream, cfg.disable, cfg.fast) == PHILOX_STREAM
+
+    def draws(self, cfg: RunConfig, device: torch.device | None = None) -> Draws:
+        """The portable Philox stream of a run of ``cfg.seed`` (as the pipeline keys it), on ``device`` (default
+        the pipeline's, with its compiled sampler block when it has one).
+
+        Every teacher-forced step draws from it whatever stream the run itself used: its words are
+        addressed by (seed, step, draw, position), so every side - device, reference, floor - gets the
+        same numbers on any device.  The reference stream would not do: on an accelerator its categorical
+        is ``argmax(p / q)`` over host exponentials drawn in the run dtype, on the CPU a multinomial, so
+        a clean bf16 step "disagreed" on 68 % of its sampled tokens on an H200.
+        """
+        pipe = self.pipeline
+        own = device is None or torch.device(device) == torch.device(pipe.device)
+        dev = torch.device(pipe.device if device is None else device)
+        fn = pipe.sampler_fns.get(pipe.philox_sampler) if own else None
+        host = dev.type == "cpu"
+        chunk = DEVICE_CHUNK if fn is not None or not host else HOST_CHUNK
+        seed = pipe.backend.generator(cfg.seed).initial_seed()
+        return Draws(philox=PhiloxDraws(seed, dev, chunk, fn, sparse=host and fn is None, sampler=pipe.philox_sampler))
+
     @torch.no_grad()
     def forward_step(self, cfg: RunConfig, i: int, inputs: dict[str, Tensor]) -> dict[str, Tensor]:
         """Teacher-forced step ``i``: guided logits and sampled tokens for the given current tokens.
 
-        The sampling generator is seeded with :func:`step_seed` (cfg.seed, i) so both sides of a
-        comparison draw the same numbers.
+        The tokens are drawn from the Philox stream of :meth:`draws`, so both sides of a comparison draw
+        the same numbers on any device.
         """
         pipe = self.pipeline
         latent_shape = pipe.latent_shape(cfg)
@@ -163,8 +198,60 @@ class URSAProbe:
         t = pipe.scheduler.t(i, steps)
         z = pipe.guide(raw, cfg.guidance if t < cfg.guidance_trunc else 1) if guided else raw
         logits = cpu_copy(z, torch.float32)  # the scheduler overwrites z
-        new = pipe.scheduler.step(z, i, steps, x, pipe.backend.generator(step_seed(cfg.seed, i)))
+        new = pipe.scheduler.step(z, i, steps, x, self.draws(cfg))
         return {"logits": logits, "tokens": new.cpu()}
+
+    @torch.no_grad()
+    def sampler_step(self, cfg: RunConfig, i: int, inputs: dict[str, Tensor], logits: Tensor,
+                     emulate: torch.dtype | None = None, x1: Tensor | None = None) -> dict[str, Tensor]:
+        """The scheduler's step ``i`` alone, teacher-forced: given guided ``logits`` (the reference's, float32)
+        and the current ``inputs["tokens"]``, what this pipeline's sampler computes from them.
+
+        ``emulate`` None: on the pipeline's device with the logits held in its dtype, as a run holds them -
+        the device under test's own kernels.  ``emulate`` a dtype: on the host with the logits held in that
+        dtype and every bfloat16/float16 computation (the run-dtype distance buffer, the float16 codebook
+        terms) done by float32 kernels rounded where the low-precision kernel rounds
+        (:class:`~difforge.models.probing.LowPrecisionOnFloat32`): the reference (``float32``) and the
+        emulated floor (the device's dtype), which then share no low-precision kernel with the device.
+
+        Returns CPU tensors: ``x1`` (the target codes drawn from ``softmax(logits)``) and ``tokens`` (the
+        step's result, by the scheduler's own :meth:`~.scheduler.DFMScheduler.step`); before the last step
+        also ``jump_prob`` ``[B, N]`` (each token's probability of leaving its code) and ``rate`` (the jump
+        rates to every other code, ``[rows, K]`` for at most :data:`RATE_ROWS` evenly spread tokens).  All
+        draws come from the Philox stream of :meth:`draws`.  ``x1`` given (the reference's draw): the rates
+        and jump probabilities are computed for those targets, so they compare the scheduler's arithmetic
+        alone - one target drawn differently (a near-boundary draw on bf16 logits) would otherwise change a
+        whole row of rates; the returned ``x1`` and ``tokens`` are still this side's own draws.
+        """
+        pipe = self.pipeline
+        steps = pipe.num_steps(cfg)
+        sched = pipe.scheduler
+        if emulate is None:
+            device, dtype, mode = torch.device(pipe.device), pipe.dtype, nullcontext()
+        else:
+            device, dtype = torch.device("cpu"), emulate
+            mode = LowPrecisionOnFloat32(torch.bfloat16, torch.float16)
+            if torch.device(pipe.device).type != "cpu":
+                sched = copy.copy(sched)
+                sched.path = sched.path.to(device)
+        draws = self.draws(cfg, device)
+        ph = draws.philox
+        assert ph is not None
+        x = inputs["tokens"].to(device, torch.int64)
+        z = logits.detach().to(device, dtype, copy=True)
+        with mode:
+            own = ph.categorical_logits(z, i, DRAW_X1)
+            out = {"x1": own.cpu()}
+            if i < steps - 1:
+                target = own if x1 is None else x1.to(device, torch.int64)
+                v = sched.path.rate(z.clone(), x, target, sched.t(i, steps))
+                jump = sched.jump_probability(v, x, i, steps)
+                flat = v.flatten(0, -2)
+                keep = torch.linspace(0, flat.shape[0] - 1, min(flat.shape[0], RATE_ROWS)).round().long()
+                out["jump_prob"] = cpu_copy(jump, torch.float32)
+                out["rate"] = cpu_copy(flat[keep.to(flat.device)], torch.float32)
+            out["tokens"] = sched.step(z, i, steps, x, draws).cpu()
+        return out
 
     def modules(self) -> dict[str, nn.Module]:
         return {"transformer": self.pipeline.transformer, "vae": self.pipeline.vae}

@@ -151,13 +151,20 @@ class DFMScheduler:
         if i == num_steps - 1:
             return categorical(logits.softmax(-1), generator)
         t = self.t(i, num_steps)
-        dt = self.t(i + 1, num_steps) - t
         v = self.path.velocity(logits, x, t, generator)
         u = uniform(tuple(x.shape), v.dtype, x.device, generator)
-        thresh = 1 - v.scatter_(-1, x[..., None], 0).sum(-1).mul_(-dt).exp_()
+        thresh = self.jump_probability(v, x, i, num_steps)
         out, jump = x.clone(), u < thresh
         out[jump] = categorical(v[jump], generator)
         return out
+
+    def jump_probability(self, v: torch.Tensor, x: torch.Tensor, i: int, num_steps: int) -> torch.Tensor:
+        """Probability ``[B, N]`` that each token leaves its code during step ``i``: ``1 - exp(-dt * total rate
+        to the other codes)``.  Zeroes ``v``'s rate of staying (``v[..., x]``) in place, so ``v`` is then the
+        jump's categorical weights.  One function for both streams, so validation's teacher-forced sampler
+        check (``URSAProbe.sampler_step``) computes exactly what a run computes."""
+        dt = self.t(i + 1, num_steps) - self.t(i, num_steps)
+        return 1 - v.scatter_(-1, x[..., None], 0).sum(-1).mul_(-dt).exp_()
 
     def _philox_step(self, logits: torch.Tensor, i: int, num_steps: int, x: torch.Tensor, draws: Draws) -> torch.Tensor:
         """:meth:`step` on the Philox stream: x1 drawn from the logits (inverse-CDF over their float32 softmax,
@@ -169,12 +176,9 @@ class DFMScheduler:
         x1 = ph.categorical_logits(logits, i, DRAW_X1)  # the logits are left for rate() to overwrite
         if i == num_steps - 1:
             return x1
-        t = self.t(i, num_steps)
-        dt = self.t(i + 1, num_steps) - t
-        v = self.path.rate(logits, x, x1, t)
+        v = self.path.rate(logits, x, x1, self.t(i, num_steps))
         u = ph.uniform((x.shape[0], x.shape[1]), i)
-        thresh = 1 - v.scatter_(-1, x[..., None], 0).sum(-1).mul_(-dt).exp_()
-        jump = u < thresh
+        jump = u < self.jump_probability(v, x, i, num_steps)
         if ph.sparse:  # the host: only the jumping rows, by their row numbers - the same numbers as drawing all
             index = jump.flatten().nonzero().squeeze(1)
             out = x.clone()
