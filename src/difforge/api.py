@@ -241,6 +241,10 @@ def validate(**options: Any) -> Any:
     from .report import write_report
     from .validate import ValidateOptions, run_validation
 
+    if options.get("capture"):  # the run settings not given are the capture's (difforge capture)
+        from .validate.captured import judge_options
+
+        options = judge_options(options)
     opts = ValidateOptions(**options)
     if opts.parallel != "none":  # under torchrun: the device under test split over 2 ranks (validate/split.py)
         from .runtime import parallel
@@ -270,6 +274,21 @@ def golden(**options: Any) -> Any:
     console = None if opts.quiet else Console(file=sys.stderr)
     return make_golden(opts, log=(lambda msg: console.print(msg, highlight=False)) if console else None,
                        for_device=for_device)
+
+
+def capture(**options: Any) -> Any:
+    """Run the device under test's half of a validation and keep it in a bundle (``out``), for a later
+    ``validate(capture=out)`` on any machine.  ``options`` are :class:`~difforge.validate.ValidateOptions` fields."""
+    import sys
+
+    from rich.console import Console
+
+    from .validate import ValidateOptions
+    from .validate.capture import make_capture
+
+    opts = ValidateOptions(**options)
+    console = None if opts.quiet else Console(file=sys.stderr)
+    return make_capture(opts, log=(lambda msg: console.print(msg, highlight=False)) if console else None)
 
 
 def _reference_device(reference: str | None) -> str:
@@ -306,6 +325,7 @@ def _config(**fields: Any) -> RunConfig:
 
 __all__ = [
     "RunResult",
+    "capture",
     "compare",
     "edit",
     "environment_fingerprint",

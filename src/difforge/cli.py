@@ -354,6 +354,7 @@ def edit(
 @app.command()
 @friendly_errors
 def validate(
+    ctx: typer.Context,
     out: Annotated[Path, typer.Option("--out", help="Report folder.")],
     model: Model = "tiny-ursa",
     device: Device = "auto",
@@ -405,6 +406,9 @@ def validate(
     msprobe: Annotated[bool, typer.Option(
         "--msprobe", help="Also write msprobe dumps of the device's and the floor's step 0 and msprobe compare's "
                           "table (pip install 'difforge[msprobe]').")] = False,
+    capture: Annotated[Path | None, typer.Option(
+        help="A capture bundle (difforge capture --out): judge the device's half made there; the model, inputs and "
+             "settings not given are the bundle's.")] = None,
     parallel: Annotated[str, typer.Option(
         "--parallel", help="Under torchrun: cfg splits the device under test's CFG branches over 2 ranks (the "
                            "reference runs on rank 0, which writes the report); see docs/parallel.md.")] = "none",
@@ -417,7 +421,7 @@ def validate(
     """
     from . import api
 
-    result = api.validate(
+    options = dict(
         model=model,
         device=device,
         dtype=dtype,
@@ -455,10 +459,80 @@ def validate(
         parallel=parallel,
         quiet=quiet,
     )
+    if capture is not None:  # only what was given: the rest is the capture's
+        options = {k: v for k, v in options.items() if k in ("out", "lang", "quiet") or _given(ctx, k)}
+        options["capture"] = str(capture)
+    result = api.validate(**options)
     for name, path in result.report_paths.items():
         typer.echo(f"{name}: {path}")
     typer.echo(f"verdict: {result.verdict}")
     raise typer.Exit(result.exit_code)
+
+
+#: validate's option names whose CLI parameter is spelled otherwise.
+_PARAMS = {"images": "image", "compile": "use_compile"}
+
+
+def _given(ctx: typer.Context, option: str) -> bool:
+    """The user typed ``option`` (not its default): a judge passes only those over a capture's settings."""
+    source = ctx.get_parameter_source(_PARAMS.get(option, option))  # typer's click: compared by name
+    return getattr(source, "name", None) in ("COMMANDLINE", "ENVIRONMENT", "PROMPT")
+
+
+@app.command(name="capture")
+@friendly_errors
+def capture_command(
+    out: Annotated[Path, typer.Option("--out", help="Bundle folder (new, empty, or a previous capture).")],
+    model: Model = "tiny-ursa",
+    device: Device = "auto",
+    dtype: Dtype = "auto",
+    image: Annotated[list[Path] | None, typer.Option("--image", "-i", help="Input image(s) for edit models.")] = None,
+    prompts: Annotated[Path | None, typer.Option(help="File with one prompt per line for the gallery.")] = None,
+    prompt_set: Annotated[Path | None, typer.Option(
+        "--prompt-set", help="A prompt set with expected attributes for the semantic rung (the shapes models bring "
+                             "their own).")] = None,
+    steps: Annotated[int | None, typer.Option(help="Denoising steps.")] = None,
+    height: Annotated[int | None, typer.Option()] = None,
+    width: Annotated[int | None, typer.Option()] = None,
+    rounds: Annotated[int, typer.Option(help="Timed benchmark rounds.")] = 3,
+    warmup: Annotated[int, typer.Option(help="Untimed warm-up rounds.")] = 1,
+    seed: Seed = 0,
+    quick: Annotated[bool, typer.Option(help="The settings of validate --quick.")] = False,
+    speed_table: Annotated[bool, typer.Option(
+        help="Also run the performance table's other rows (--no-speed-table: only the options captured).")] = True,
+    transformer: Annotated[
+        Path | None, typer.Option(help="Transformer-only safetensors (e.g. an FP8 re-pack) replacing the folder's.")
+    ] = None,
+    use_compile: Annotated[bool, typer.Option("--compile", help="torch.compile the repeated blocks (torchair on NPU).")] = False,
+    fast: Annotated[list[str] | None, typer.Option(help="Opt-in approximate optimisation (repeatable).")] = None,
+    disable: Annotated[list[str] | None, typer.Option(help="Switch off an exact optimisation (repeatable).")] = None,
+    offload: Offload = "none",
+    vae_tiling: Annotated[bool, typer.Option(help="Tile the VAE for large images.")] = False,
+    num_frames: Annotated[int | None, typer.Option(help="Frames (video models).")] = None,
+    guidance: Annotated[float | None, typer.Option(help="Classifier-free guidance scale.")] = None,
+    guidance_trunc: Annotated[float | None, typer.Option(help="Guidance off once t >= this.")] = None,
+    true_cfg: Annotated[float | None, typer.Option(help="True classifier-free guidance scale.")] = None,
+    negative_prompt: Annotated[str | None, typer.Option(help="Negative prompt.")] = None,
+    quiet: Quiet = False,
+) -> None:
+    """Run the device under test's half of a validation here and keep it (for validate --capture elsewhere).
+
+    Everything the judge needs from the device goes into a hashed bundle: every run validate makes on it, its
+    teacher-forced outputs at its own states, component outputs, the traced operator calls, timings and the
+    environment.  Then, on any machine with the same model folder: difforge validate --capture OUT --out REPORT.
+    """
+    from . import api
+
+    result = api.capture(
+        model=model, device=device, dtype=dtype, images=[str(p) for p in image or []],
+        prompts=str(prompts) if prompts else None, prompt_set=str(prompt_set) if prompt_set else None, steps=steps,
+        height=height, width=width, rounds=rounds, warmup=warmup, seed=seed, quick=quick, speed_table=speed_table,
+        transformer=str(transformer) if transformer else None, compile=use_compile, fast=fast or [],
+        disable=disable or [], offload=offload, vae_tiling=vae_tiling, num_frames=num_frames, guidance=guidance,
+        guidance_trunc=guidance_trunc, true_cfg=true_cfg, negative_prompt=negative_prompt, out=str(out), quiet=quiet,
+    )
+    size = result.manifest.get("bytes", 0) / (1 << 20)
+    typer.echo(f"capture: {result.out} ({size:.1f} MiB, {result.seconds:.0f} s)")
 
 
 @app.command()

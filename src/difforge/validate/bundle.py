@@ -38,6 +38,8 @@ from ..runtime.record import sha256_file
 from ..version import __version__
 
 FORMAT = "difforge-golden"
+#: The device-under-test half of a validation (``difforge capture``, :mod:`.capture`): the same layout.
+CAPTURE_FORMAT = "difforge-capture"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 DATA = "data.json"
@@ -264,17 +266,17 @@ class Bundle:
         return [self.image(n) for n in names]
 
 
-def _listed(folder: Path) -> dict[str, str]:
+def _listed(folder: Path, flag: str = "--golden", maker: str = "difforge golden") -> dict[str, str]:
     try:
         text = (folder / SUMS).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
-        raise GoldenError(f"--golden {folder} is not a golden bundle (no readable {SUMS}); make one with "
-                          "'difforge golden'.") from None
+        kind = "golden bundle" if flag == "--golden" else "capture bundle"
+        raise GoldenError(f"{flag} {folder} is not a {kind} (no readable {SUMS}); make one with '{maker}'.") from None
     listed: dict[str, str] = {}
     for line in text.splitlines():
         digest, sep, name = line.partition("  ")
         if not sep or len(digest) != 64 or not name or Path(name).is_absolute() or ".." in Path(name).parts:
-            raise GoldenError(f"--golden {folder}: {SUMS} is damaged (line {line[:60]!r}); make the bundle again.")
+            raise GoldenError(f"{flag} {folder}: {SUMS} is damaged (line {line[:60]!r}); make the bundle again.")
         listed[name] = digest
     return listed
 
@@ -285,53 +287,56 @@ def _files(folder: Path) -> Iterator[str]:
             yield path.relative_to(folder).as_posix()
 
 
-def open_bundle(folder: str | Path) -> Bundle:
-    """Read and verify a bundle; any damage, tampering or version mismatch is one GoldenError line."""
+def open_bundle(folder: str | Path, fmt: str = FORMAT, flag: str = "--golden", maker: str = "difforge golden") -> Bundle:
+    """Read and verify a bundle of format ``fmt`` (a golden bundle, or a capture with ``flag`` ``--capture``);
+    any damage, tampering or version mismatch is one GoldenError line naming ``flag``."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     root = Path(folder)
+    kind = "golden bundle" if fmt == FORMAT else "capture bundle"
     if not root.is_dir():
         what = "is a file" if root.exists() else "does not exist"
-        raise GoldenError(f"--golden {root} {what}; give the folder 'difforge golden --out' wrote.")
-    listed = _listed(root)
+        raise GoldenError(f"{flag} {root} {what}; give the folder '{maker} --out' wrote.")
+    listed = _listed(root, flag, maker)
     for name in (MANIFEST, DATA, TENSORS):
         if name not in listed:
-            raise GoldenError(f"--golden {root} is not a golden bundle ({name} is not listed in {SUMS}).")
+            raise GoldenError(f"{flag} {root} is not a {kind} ({name} is not listed in {SUMS}).")
     extra = sorted(set(_files(root)) - set(listed) - {SUMS})
     if extra:
-        raise GoldenError(f"--golden {root} holds a file the bundle does not list ({extra[0]}): it was changed "
-                          "after 'difforge golden' wrote it; make the bundle again.")
+        raise GoldenError(f"{flag} {root} holds a file the bundle does not list ({extra[0]}): it was changed "
+                          f"after '{maker}' wrote it; make the bundle again.")
     for name, digest in sorted(listed.items()):
         path = root / name
         if path.is_symlink() or not path.is_file():
-            raise GoldenError(f"--golden {root}: {name} is missing; make the bundle again.")
+            raise GoldenError(f"{flag} {root}: {name} is missing; make the bundle again.")
         if sha256_file(path) != digest:
-            raise GoldenError(f"--golden {root}: {name} does not match its sha256 in {SUMS} (the bundle was changed "
+            raise GoldenError(f"{flag} {root}: {name} does not match its sha256 in {SUMS} (the bundle was changed "
                               "or damaged); make the bundle again.")
     try:
         manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
         data = json.loads((root / DATA).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise GoldenError(f"--golden {root}: cannot read the bundle ({exc}).") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise GoldenError(f"--golden {root} is not a golden bundle (manifest format {manifest.get('format')!r}).")
+        raise GoldenError(f"{flag} {root}: cannot read the bundle ({exc}).") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != fmt:
+        raise GoldenError(f"{flag} {root} is not a {kind} (manifest format "
+                          f"{manifest.get('format') if isinstance(manifest, dict) else None!r}).")
     if manifest.get("format_version") != FORMAT_VERSION:
-        raise GoldenError(f"--golden {root} is bundle format {manifest.get('format_version')}; this difforge reads "
+        raise GoldenError(f"{flag} {root} is bundle format {manifest.get('format_version')}; this difforge reads "
                           f"format {FORMAT_VERSION}: make the bundle again with this version.")
     made_by = str(manifest.get("difforge", "?"))
     if not compatible_version(made_by):
-        raise GoldenError(f"--golden {root} was made by difforge {made_by}; this is difforge {__version__} (another "
-                          "release line may compute the reference differently): make the bundle again.")
+        raise GoldenError(f"{flag} {root} was made by difforge {made_by}; this is difforge {__version__} (another "
+                          "release line may compute differently): make the bundle again.")
     try:
         tensors = load_file(str(root / TENSORS))
     except (SafetensorError, OSError, ValueError) as exc:
-        raise GoldenError(f"--golden {root}: {TENSORS} cannot be read ({exc}).") from None
+        raise GoldenError(f"{flag} {root}: {TENSORS} cannot be read ({exc}).") from None
     return Bundle(root, manifest, data, tensors)
 
 
 def is_bundle_folder(folder: Path) -> bool:
-    """True when ``folder`` is a golden bundle that lists exactly its files (so replacing it loses nothing)."""
+    """True when ``folder`` is a golden or capture bundle that lists exactly its files (so replacing it loses nothing)."""
     try:
         listed = _listed(folder)
     except GoldenError:
@@ -342,13 +347,14 @@ def is_bundle_folder(folder: Path) -> bool:
         manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+    if not isinstance(manifest, dict) or manifest.get("format") not in (FORMAT, CAPTURE_FORMAT):
         return False
     return set(_files(folder)) == {*listed, SUMS}
 
 
 __all__ = [
     "BLOCK_SAMPLE",
+    "CAPTURE_FORMAT",
     "FULL_LIMIT",
     "SAMPLE",
     "Bundle",

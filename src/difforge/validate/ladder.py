@@ -92,12 +92,14 @@ class Ladder:
     """State shared by the rungs of one validation."""
 
     def __init__(self, options: ValidateOptions, golden_ref: tuple[str, str] | None = None,
-                 making_golden: bool = False, group: Any = None) -> None:
+                 making_golden: bool = False, group: Any = None, dut_backend: Any = None) -> None:
         """``golden_ref``: (device, dtype) of a golden bundle's reference, which then stands for the
         reference (nothing of it runs here); ``making_golden``: ``difforge golden`` runs the reference
         side for a device elsewhere, so a same-dtype "device" is not a self-comparison; ``group``:
         ``--parallel cfg``, the process group whose rank 1 follows the device under test's runs
-        (:mod:`.split`); the device under test is then this rank's device (from ``LOCAL_RANK``)."""
+        (:mod:`.split`); the device under test is then this rank's device (from ``LOCAL_RANK``);
+        ``dut_backend``: the device under test as a capture measured it (``validate --capture``,
+        :class:`~.captured.CapturedBackend`): that device is not on this machine."""
         self.o = options
         self.group = group
         self.golden_ref = golden_ref
@@ -109,7 +111,8 @@ class Ladder:
         self.rounds = min(options.rounds, 2) if self.quick else options.rounds
         self.warmup = min(options.warmup, 1) if self.quick else options.warmup
         ref_device, ref_dtype = parse_reference(options.reference)
-        self.dut_backend: Backend = group.backend if group is not None else get_backend(options.device)
+        self.dut_backend: Backend = (dut_backend if dut_backend is not None else
+                                     group.backend if group is not None else get_backend(options.device))
         self.dut_dtype: torch.dtype = self.dut_backend.resolve_dtype(options.dtype)
         self.stream_default = self.dut_backend.random_stream
         self.ref_backend: Backend = get_backend(ref_device)
@@ -191,7 +194,8 @@ class Ladder:
         floor's probe runs every call inside its rounding."""
         key = id(pipeline)
         if key not in self._probes:
-            probe = probe_for(pipeline)
+            # a capture's stand-in pipeline (validate --capture) brings its own probe over the bundle
+            probe = getattr(pipeline, "captured_probe", None) or probe_for(pipeline)
             if self.emulation is not None and pipeline is self.floor_pipe:
                 probe = InPrecision(probe, self.emulation)
             if key in self._plain_sides:
@@ -341,7 +345,9 @@ class Ladder:
             return self._real_floor()
         try:
             pipe, _ = self.load(self.ref_backend, self.ref_dtype)
-            self.emulation = emulate(probe_for(pipe), self.probe(dut))
+            plan = getattr(self.probe(dut), "dtype_plan", None)  # a capture: the plan the device held
+            self.emulation = (EmulatedPrecision(probe_for(pipe).modules(), plan) if plan is not None
+                              else emulate(probe_for(pipe), self.probe(dut)))
         except Exception as exc:  # an OOM or crash here costs the floor, not the report
             self.no_floor(f"the emulated floor failed to load ({short_error(exc)})")
             return None
@@ -410,6 +416,9 @@ class Ladder:
         """One run of ``pipe`` (the floor's under its emulation); ``images``: input pictures of this run
         only (a semantic edit's source), else the validation's.  A device-under-test run of a ``--parallel
         cfg`` validation (``cfg.parallel``) is split with the follower rank (:func:`.split.lead`)."""
+        replay = getattr(pipe, "replay_run", None)
+        if replay is not None:  # validate --capture: the device's run of this config, as it made it
+            return replay(cfg, record, trace, images)
         if self.group is not None and cfg.parallel != "none":
             from .split import lead
 

@@ -72,6 +72,9 @@ class ValidateOptions:
     fail_on: str = "fail"
     #: A golden bundle (``difforge golden --out``): the reference and floor are read from it, not computed.
     golden: str | None = None
+    #: A capture bundle (``difforge capture --out``): the device under test's half of this validation, made
+    #: on the device; the reference and floor are computed here (or read from ``golden``).
+    capture: str | None = None
     #: Also write msprobe dumps of the device's and the floor's step 0 and msprobe compare's table
     #: (:mod:`.msprobe_view`; needs ``pip install 'difforge[msprobe]'``).
     msprobe: bool = False

@@ -25,12 +25,13 @@ from rich.console import Console
 
 from ..config import RunConfig
 from ..devices import dtype_name
-from ..errors import DeviceOutOfMemoryError, DifforgeError
+from ..errors import DeviceOutOfMemoryError, DifforgeError, InputError
 from ..models.registry import resolve_model
 from ..runtime.record import RunRecord
 from ..shapes.prompts import score as score_item
 from .bench import bench_rung, speed_row, speed_table
 from .bundle import weight_hashes
+from .captured import Captured, capture_images, check_prompt_set, open_capture
 from .components import component_rung
 from .determinism import determinism_rung
 from .environment import fingerprint
@@ -159,6 +160,8 @@ def _reproduce(options: ValidateOptions) -> list[str]:
         args += ["--fail-on", options.fail_on]
     if options.golden:
         args += ["--golden", os.path.abspath(options.golden)]
+    if options.capture:
+        args += ["--capture", os.path.abspath(options.capture)]
     if options.msprobe:
         args.append("--msprobe")
     args += ["--lang", options.lang, "--out", str(options.out)]
@@ -202,6 +205,10 @@ def run_validation(options: ValidateOptions, write_report: ReportWriter, group: 
     """
     options.check()
     golden: Golden | None = None
+    captured: Captured | None = None
+    if options.capture:  # the device under test's half, made on the device (difforge capture)
+        _refuse_with_capture(options)
+        captured = open_capture(options, _probe_type(options.model))
     if options.golden:
         refuse_reference_flags(options)
         golden = open_golden(options)  # its files, the weights, prompts and pictures: before anything loads
@@ -209,16 +216,20 @@ def run_validation(options: ValidateOptions, write_report: ReportWriter, group: 
             from .msprobe_view import check_golden
 
             check_golden(golden, options.golden)
-    lad = Ladder(options, golden_ref=golden.reference if golden is not None else None, group=group)
+    lad = Ladder(options, golden_ref=golden.reference if golden is not None else None, group=group,
+                 dut_backend=captured.backend if captured is not None else None)
     scanned = _scan_source(options.scan_source, lad.dut_backend.device.type) if options.scan_source else None
     if golden is not None:
         check_settings(golden, options, lad)
         _use_golden_inputs(lad, golden)
+    if captured is not None:
+        _use_capture_inputs(lad, captured)
     prog = _Progress(options.quiet, total=10 + bool(options.msprobe) + (lad.prompt_set is not None))
     t0 = prog.start(f"load {options.model} on {lad.dut_label} and reference {lad.ref_label}")
     lad.prepare_inputs()
     kind = "edit" if lad.probe_type.takes_images else "generate"
-    dut = _load_side(lad, lad.dut_backend, lad.dut_dtype, kind, options.op_overrides, dut=True)
+    dut = (_Side(pipe=captured.pipe, record=captured.pipe.load_record()) if captured is not None else
+           _load_side(lad, lad.dut_backend, lad.dut_dtype, kind, options.op_overrides, dut=True))
     if dut.pipe is not None:
         lad.check_size(dut.pipe)
         if golden is not None:
@@ -229,7 +240,7 @@ def run_validation(options: ValidateOptions, write_report: ReportWriter, group: 
         lad.check_size(ref.pipe)
     lad.make_out_dir()
     try:
-        climb = _Climb(lad, prog, dut, ref, write_report, golden)
+        climb = _Climb(lad, prog, dut, ref, write_report, golden, captured)
         if scanned is not None:
             climb.data["scan"] = scanned
         return climb.run(t0)
@@ -266,6 +277,32 @@ def _scan_source(source: str, device_type: str) -> dict[str, Any]:
     return {**result.to_dict(), "device": device_type if device_type in TARGETS else "npu"}
 
 
+def _probe_type(model: str) -> Any:
+    from ..models.registry import family_of, probe_class
+
+    return probe_class(family_of(model))
+
+
+def _refuse_with_capture(options: ValidateOptions) -> None:
+    """What ``--capture`` cannot be combined with (exit 2, one line, before anything loads)."""
+    for flag, given in (("--golden", options.golden), ("--msprobe", options.msprobe),
+                        ("--parallel", options.parallel != "none")):
+        if given:
+            raise InputError(f"{flag} cannot be combined with --capture: the device's half was made by 'difforge "
+                             "capture'; judge it alone (the reference and the floor are computed here).")
+
+
+def _use_capture_inputs(lad: Ladder, captured: Captured) -> None:
+    """Prompts and pictures are the ones the device ran (the bundle's); the semantic set must be its set."""
+    inputs = captured.manifest["inputs"]
+    lad.prompts = list(inputs["prompts"])
+    if inputs["images"]:
+        lad.image_paths, _ = capture_images(captured)
+        if inputs.get("synthetic"):
+            lad.notes.append("no --image given to the capture: edits use the capture's synthetic test picture")
+    check_prompt_set(captured, lad.prompt_set)
+
+
 def _use_golden_inputs(lad: Ladder, golden: Golden) -> None:
     """Prompts and pictures the user did not give are the bundle's (the ones its reference ran on)."""
     inputs = golden.bundle.manifest["inputs"]
@@ -294,10 +331,12 @@ class _Climb:
     """Everything after the inputs were checked and DIR made: floor, rungs, gallery, report."""
 
     def __init__(self, lad: Ladder, prog: _Progress, dut: _Side, ref: _Side, write_report: ReportWriter,
-                 golden: Golden | None = None) -> None:
+                 golden: Golden | None = None, captured: Captured | None = None) -> None:
         self.lad, self.prog, self.dut, self.ref, self.write_report = lad, prog, dut, ref, write_report
         #: A golden bundle standing for the reference and the floor (nothing of them runs here).
         self.golden = golden
+        #: A capture standing for the device under test (nothing of it runs here).
+        self.captured = captured
         self.o = lad.o
         self.seeds = [self.o.seed, *[s for s in self.o.extra_seeds if s != self.o.seed]]
         self.rungs: dict[str, RungResult] = {}
@@ -313,6 +352,12 @@ class _Climb:
         # 1. load (the floor) -------------------------------------------------------------------------
         lad.save_inputs()
         self.cfg0 = lad.dut_cfg()
+        if self.captured is not None:
+            self.data["capture"] = summary = self.captured.summary()
+            lad.notes.append(f"the device under test ({lad.dut_label}, {summary['device_name']}) ran elsewhere: its "
+                             f"half of this validation is the capture {self.o.capture} (made {summary['created']} by "
+                             f"difforge {summary['difforge']}, digest {summary['digest'][:16]}); the reference and "
+                             "the floor ran here, teacher-forced on the device's own recorded states")
         if self.golden is not None:
             self.floor = self.golden.floor
             self.data["golden"] = _golden_summary(self.golden)
@@ -498,6 +543,8 @@ class _Climb:
                 runs.ref_images0 = rimgs
                 lad.save_image(rimgs[0], f"reference_seed{seed}.png")
             floor_run = None
+            if self.captured is not None:  # teacher forcing on the device's own states (see captured.py)
+                runs.step_runs.append((cfg, self.captured.states(seed)))
             if floor is ref:
                 floor_run = TrajectoryRun(rimgs, rtr)
             elif floor is not None and runs.floor_error is None:
@@ -508,7 +555,8 @@ class _Climb:
                 except Exception as exc:  # the floor is lost, not the report
                     runs.floor_error = f"the floor run ({lad.floor_label}, seed {seed}) failed ({short_error(exc)})"
             runs.traj.append((seed, dut_run, TrajectoryRun(rimgs, rtr), floor_run))
-            runs.step_runs.append((cfg, rtr))
+            if self.captured is None:
+                runs.step_runs.append((cfg, rtr))
         if runs.floor_error is not None:  # one seed without a floor: judge every seed the same way
             runs.traj = [(seed, d, r, None) for seed, d, r, _ in runs.traj]
 
@@ -538,6 +586,8 @@ class _Climb:
         operator_dut = dut
         if self.golden is not None:  # the device's outputs reduced like the bundle's samples
             ref, floor, dut = self.golden.ref, self.golden.floor, Reduced(dut, self.golden.bundle.reducer)
+        if self.captured is not None:  # the reference and floor fed the capture's inputs, reduced like its samples
+            ref, floor = self.captured.side(ref), self.captured.side(floor)
         t0 = prog.start("operator rung")
         first = runs.step_runs[0][1].inputs[0] if runs.step_runs and runs.step_runs[0][1].inputs else None
         if first:
@@ -666,7 +716,13 @@ class _Climb:
         data["verdict_reasons"] = reasons
         config = {**self.o.to_dict(), "rounds_effective": lad.rounds, "warmup_effective": lad.warmup,
                   "seeds": self.seeds}
-        data["environment"] = fingerprint(lad.dut_backend, lad.ref_backend, config)
+        if self.captured is not None:  # the device's environment is the capture's; this machine only judged
+            data["environment"] = {**self.captured.manifest.get("environment", {}),
+                                   "reference_device": lad.ref_backend.describe(),
+                                   "judged_on": fingerprint(lad.ref_backend, lad.ref_backend, config),
+                                   "config_hash": fingerprint(lad.ref_backend, lad.ref_backend, config)["config_hash"]}
+        else:
+            data["environment"] = fingerprint(lad.dut_backend, lad.ref_backend, config)
         data["reproduce"] = _reproduce(self.o)
         data["signoff"] = _signoff(self.o, lad)
         data["config"] = config

@@ -1,0 +1,282 @@
+"""``difforge capture``: the device-under-test half of a validation, run on the device and kept.
+
+msprobe's dump-then-compare workflow at pipeline level, the mirror image of a golden bundle
+(:mod:`.golden` stores the reference side computed elsewhere): a device host with little host memory
+or a weak CPU runs only the device under test and stores everything the judge needs from it; a large
+machine later runs ``difforge validate --capture C`` (:mod:`.captured`), which computes the reference
+and the floor there and climbs the same ladder - the rungs' judging code is the one of a validation
+in one process.
+
+What a capture holds (:mod:`.bundle`'s format ``difforge-capture``, bounded and hashed like golden
+bundles): every device run validate asks for - the smoke run with its step trace, the warm-up and timed
+rounds with their RunRecords (benchmark, determinism), the speed table's rows, the extra seeds' runs,
+the semantic prompts' and the gallery's pictures - keyed by configuration and kept in order; per seed
+the device's own free-running states and its teacher-forced outputs at them (with every transformer
+block's output, for first-divergence); the component outputs on the inputs the device drew; the
+operator rung's traced calls (inputs, outputs: :mod:`.opstore`) and the probe's fused-op cases; the
+FLOPs, the module dtype plan the judge's emulated floor rounds to; and the device's environment.
+
+Outputs larger than the bundle limits are kept as the fixed sample of :class:`~.bundle.Reducer`
+(its plan is stored, and the judge reduces the reference and floor with it).  The probe's operator
+cases (fused kernels a trace cannot see) carry their reference and floor, computed on the capturing
+host's CPU in float32 (no kernel of the device under test is in them); every other reference value
+is computed by the judge.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from PIL import Image
+
+from ..config import RunConfig
+from ..devices import dtype_name
+from ..errors import InputError
+from ..models.registry import resolve_model
+from ..runtime.record import RunRecord
+from ..version import __version__
+from .bundle import CAPTURE_FORMAT, FORMAT_VERSION, BundleWriter, Reducer, image_hash, weight_hashes
+from .captured import CAPTURED, prompt_set_digest, run_key
+from .environment import fingerprint
+from .floor import module_dtypes
+from .golden import _step_outputs
+from .ladder import Ladder, short_error
+from .opstore import store_capture
+from .options import ValidateOptions
+from .runner import _Climb, _memory_now, _Progress, _Side
+from .semantic import QUICK_N as QUICK_SEMANTIC
+from .steps import StepTrace, capture_blocks
+from .tracing import probe_captures
+from .trajectory import LATENT_KEYS
+
+
+@dataclass
+class CaptureResult:
+    out: Path
+    manifest: dict[str, Any]
+    seconds: float
+
+
+class RecordingLadder(Ladder):
+    """A Ladder whose device-under-test runs are kept in the bundle as they happen (and whose saved
+    pictures go into it), so validate's own stages (smoke, benchmark, speed table) make the capture."""
+
+    def __init__(self, options: ValidateOptions) -> None:
+        super().__init__(options)
+        self.writer: BundleWriter | None = None
+        self.dut_pipe: Any = None
+        self.runs: dict[str, list[dict[str, Any]]] = {}
+        self.traces = 0
+
+    def picture(self, img: Image.Image) -> str:
+        """Store a picture once per content (determinism reruns repeat it); returns its name in the bundle."""
+        assert self.writer is not None
+        name = f"images/{image_hash(img)[:24]}.png"
+        if not any(p.relative_to(self.writer.folder).as_posix() == name for p in self.writer.files):
+            self.writer.image(img, name)
+        return name
+
+    def save_image(self, img: Image.Image, name: str, record: RunRecord | None = None) -> Path:
+        if record is not None:
+            with record.phase("save"):
+                stored = self.picture(img)
+        else:
+            stored = self.picture(img)
+        return self.work / stored
+
+    def run(self, pipe: Any, cfg: RunConfig, record: RunRecord | None = None, trace: StepTrace | None = None,
+            images: list[Image.Image] | None = None) -> tuple[list[Image.Image], RunRecord]:
+        if pipe is not self.dut_pipe or self.writer is None:
+            return super().run(pipe, cfg, record, trace, images)
+        entry: dict[str, Any] = {}
+        self.runs.setdefault(run_key(cfg, images), []).append(entry)
+        try:
+            imgs, rec = super().run(pipe, cfg, record, trace, images)
+        except BaseException as exc:
+            entry["error"] = short_error(exc)
+            raise
+        entry["images"] = [self.picture(img) for img in imgs]
+        entry["record"] = json.loads(rec.to_json()) if record is not None else None
+        if trace is not None:
+            self.traces += 1
+            entry["trace"] = self.writer.put(_trace_data(trace, self.writer.reducer), f"run{self.traces}/trace")
+        return imgs, rec
+
+
+def _trace_data(trace: StepTrace, reducer: Reducer) -> dict[str, Any]:
+    """A run's step trace: each step's inputs whole (the judge teacher-forces on them), the latents/tokens
+    the trajectory rung compares per step, and the last step's outputs (the smoke rung's NaN check;
+    large ones sampled)."""
+    outputs = [{k: v for k, v in o.items() if k in LATENT_KEYS} for o in trace.outputs]
+    if outputs:
+        outputs[-1] = {k: reducer.output(v) if isinstance(v, torch.Tensor) else v for k, v in trace.outputs[-1].items()}
+    return {"inputs": [dict(x) for x in trace.inputs], "outputs": outputs}
+
+
+def refuse_options(options: ValidateOptions) -> None:
+    """What a capture cannot take (exit 2): the judge's options, and the ones not built for it yet."""
+    if options.golden:
+        raise InputError("capture --golden is not supported: capture the device on its own states, then judge it "
+                         "with 'difforge validate --capture C' (it computes the reference and the floor).")
+    if options.msprobe:
+        raise InputError("--msprobe is not supported with a capture: validate on the device with --msprobe instead.")
+    if options.parallel != "none":
+        raise InputError("capture runs one device-under-test process: --parallel is not supported.")
+
+
+def make_capture(options: ValidateOptions, log: Any = None) -> CaptureResult:
+    """Run the device under test through every stage validate needs from it; write the bundle to
+    ``options.out`` (built in a hidden sibling, published whole; nothing is left on an error)."""
+    say = log or (lambda _msg: None)
+    t_start = time.perf_counter()
+    options.check()
+    refuse_options(options)
+    lad = RecordingLadder(options)
+    folder, _family = resolve_model(options.model)
+    lad.prepare_inputs()
+    say(f"load {options.model} on {lad.dut_label}")
+    pipe, record = lad.load(lad.dut_backend, lad.dut_dtype, options.op_overrides, dut=True)
+    lad.check_size(pipe)
+    lad.make_out_dir()
+    try:
+        writer = lad.writer = BundleWriter(lad.work, Reducer())
+        lad.dut_pipe = pipe
+        inputs = [writer.image(img, f"inputs/input_{k}.png") for k, img in enumerate(lad.images)]
+        lad.image_paths = [str(lad.work / name) for name in inputs]
+        probe = lad.probe(pipe)
+        plan = {name: {sub: dtype_name(d) for sub, d in module_dtypes(m, probe.dtype).items()}
+                for name, m in probe.modules().items()}
+        data: dict[str, Any] = {"load_record": json.loads(record.to_json()), "size_multiple": int(probe.size_multiple),
+                                "block_names": [name for name, _ in probe.transformer_blocks()]}
+        memory = _record_device(lad, pipe, record, data, say)
+        manifest = {
+            "format": CAPTURE_FORMAT, "format_version": FORMAT_VERSION, "difforge": __version__,
+            "torch": torch.__version__, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "model": options.model, "options": {**manifest_config(options), "dtype": dtype_name(lad.dut_dtype)},
+            "weights": weight_hashes(folder, options.transformer),
+            "inputs": {"prompts": list(lad.prompts), "synthetic": lad.synthetic,
+                       "images": [{"file": n, "sha256": image_hash(img)} for n, img in zip(inputs, lad.images,
+                                                                                          strict=True)],
+                       "prompt_set": prompt_set_digest(lad.prompt_set)},
+            "device": {"label": lad.dut_label, "device": str(lad.dut_backend.device),
+                       "dtype": dtype_name(lad.dut_dtype), "name": lad.dut_backend.device_name(),
+                       "random_stream": lad.dut_backend.random_stream, "memory_after_load": memory,
+                       "describe": lad.dut_backend.describe()},
+            "environment": fingerprint(lad.dut_backend, lad.dut_backend, manifest_config(options)),
+            "dtype_plan": plan,
+            "clean": None,  # set by whoever knows (a kit's clean run); the judge never reads it
+            "notes": list(lad.notes),
+        }
+        manifest = writer.finish(manifest, data)
+        lad.publish()
+    except BaseException:
+        lad.discard_output()
+        raise
+    return CaptureResult(Path(options.out), manifest, time.perf_counter() - t_start)
+
+
+def manifest_config(options: ValidateOptions) -> dict[str, Any]:
+    return {name: getattr(options, name) for name in CAPTURED}
+
+
+def _record_device(lad: RecordingLadder, pipe: Any, record: RunRecord, data: dict[str, Any], say: Any) -> int | None:
+    """Validate's device-side stages, in validate's order, kept in ``data`` and the recorded runs."""
+    writer = lad.writer
+    assert writer is not None
+    o = lad.o
+    climb = _Climb(lad, _Progress(o.quiet, total=1), _Side(pipe=pipe, record=record), _Side(), lambda *a, **k: {})
+    climb.cfg0 = lad.dut_cfg()
+    say("smoke run")
+    memory = None
+    smoke = climb.smoke()
+    data["runs"] = lad.runs
+    if smoke.verdict.name == "FAIL":  # the judge fails the smoke rung from the stored error and skips the rest
+        say(f"the smoke run failed: {climb.dut.error}")
+        return memory
+    memory = _memory_now(lad.dut_backend)
+    say(f"benchmark: {lad.warmup} warm-up, {lad.rounds} timed rounds" +
+        (" and the speed table's rows" if o.speed_table else ""))
+    climb.benchmark()
+    seeds = climb.seeds
+    traces = {o.seed: climb.smoke_trace}
+    for seed in seeds[1:]:
+        say(f"seed {seed}: device run")
+        trace = StepTrace()
+        lad.run(pipe, lad.dut_cfg(seed=seed), trace=trace)
+        traces[seed] = trace
+    probe = lad.probe(pipe)
+    reduce_out, reduce_block = writer.reducer.output, writer.reducer.block
+    data["states"], data["steps"] = {}, {}
+    for seed, trace in traces.items():
+        cfg = lad.dut_cfg(seed=seed)
+        say(f"seed {seed}: {len(trace.inputs)} teacher-forced steps at the device's own states")
+        data["states"][str(seed)] = writer.put([dict(x) for x in trace.inputs], f"seed{seed}/states")
+        steps = []
+        for i, inputs in enumerate(trace.inputs):
+            with capture_blocks(probe, reduce=reduce_block) as (_n, blocks):
+                out = probe.forward_step(cfg, i, inputs)
+            steps.append({"out": writer.put(_step_outputs(out, reduce_out), f"seed{seed}/step{i}/out"),
+                          "blocks": writer.put(blocks, f"seed{seed}/step{i}/blocks")})
+        data["steps"][str(seed)] = steps
+    cfg0 = climb.cfg0
+    say("components")
+    try:
+        comp_inputs = probe.component_inputs(cfg0)
+    except NotImplementedError:
+        comp_inputs = {}
+    data["components"] = {"inputs": writer.put(comp_inputs, "components/inputs"), "outputs": {
+        name: writer.put(reduce_out(probe.run_component(name, kw)), f"components/dut/{name}")
+        for name, kw in comp_inputs.items()}}
+    say("operator calls (step 0 and each component)")
+    first = climb.smoke_trace.inputs[0] if climb.smoke_trace.inputs else None
+    data["operator"] = _operators(lad, probe, cfg0, first, climb.dut.record.adaptations)
+    stream = getattr(probe, "portable_stream", None)
+    data["portable_stream"] = bool(stream(cfg0)) if stream is not None else False
+    try:
+        data["flops"] = probe.flops_per_step(cfg0)
+    except NotImplementedError:
+        data["flops"] = None
+    if lad.prompt_set is not None:
+        _semantic_runs(lad, pipe, say)
+    for k, prompt in enumerate(lad.prompts[1:], start=1):  # the gallery's other prompts (runner._Climb.gallery)
+        say(f"gallery prompt {k + 1}/{len(lad.prompts)}")
+        lad.run(pipe, lad.dut_cfg(prompt=prompt))
+    return memory
+
+
+def _operators(lad: RecordingLadder, probe: Any, cfg: RunConfig, first: dict[str, torch.Tensor] | None,
+               adaptations: list[Any]) -> dict[str, Any]:
+    """The probe's fused-op cases and the traced calls of step 0 and each component (stored one at a time)."""
+    writer = lad.writer
+    assert writer is not None
+    if first is None:
+        return {"cases": [], "captures": []}
+    cases = [{"op": c.op, "impl": c.impl, "exact": c.exact, "shape": c.shape, "dut": c.dut, "ref": c.ref,
+              "floor": c.floor, "note": c.note}
+             for c in probe.operator_cases(torch.device("cpu"), cfg, first, list(adaptations))]
+    captures = []
+    for k, cap in enumerate(probe_captures(probe, cfg, first)):
+        captures.append(writer.put(store_capture(cap), f"operator/capture{k}"))
+        del cap
+    return {"cases": writer.put(cases, "operator/cases"), "captures": captures}
+
+
+def _semantic_runs(lad: RecordingLadder, pipe: Any, say: Any) -> None:
+    """The semantic rung's device pictures, run exactly as runner._Climb.semantic asks for them."""
+    pset = lad.prompt_set
+    items = list(pset.items[:QUICK_SEMANTIC] if lad.quick else pset.items)
+    say(f"semantic: {len(items)} prompts")
+    for item in items:
+        images = [Image.fromarray(pset.source_image(item))] if pset.kind == "edit" else None
+        cfg = lad.dut_cfg(prompt=item.prompt)
+        if lad.quick and lad.o.steps is None:
+            cfg = replace(cfg, steps=None)
+        lad.run(pipe, cfg, images=images)
+
+
+__all__ = ["CaptureResult", "make_capture"]
