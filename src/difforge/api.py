@@ -286,9 +286,10 @@ def capture(**options: Any) -> Any:
     from .validate import ValidateOptions
     from .validate.capture import make_capture
 
+    clean = bool(options.pop("clean", False))
     opts = ValidateOptions(**options)
     console = None if opts.quiet else Console(file=sys.stderr)
-    return make_capture(opts, log=(lambda msg: console.print(msg, highlight=False)) if console else None)
+    return make_capture(opts, log=(lambda msg: console.print(msg, highlight=False)) if console else None, clean=clean)
 
 
 def _reference_device(reference: str | None) -> str:

@@ -129,9 +129,13 @@ def refuse_options(options: ValidateOptions) -> None:
         raise InputError("capture runs one device-under-test process: --parallel is not supported.")
 
 
-def make_capture(options: ValidateOptions, log: Any = None) -> CaptureResult:
+def make_capture(options: ValidateOptions, log: Any = None, clean: bool = False) -> CaptureResult:
     """Run the device under test through every stage validate needs from it; write the bundle to
-    ``options.out`` (built in a hidden sibling, published whole; nothing is left on an error)."""
+    ``options.out`` (built in a hidden sibling, published whole; nothing is left on an error).
+
+    ``clean``: the capturer states this is an unmodified port (a device kit's run); the manifest says so,
+    and the fixture test (``tests/fixtures/captures/``) then requires the judge's PASS.  The judge never
+    reads it: a verdict is computed, not declared."""
     say = log or (lambda _msg: None)
     t_start = time.perf_counter()
     options.check()
@@ -169,7 +173,7 @@ def make_capture(options: ValidateOptions, log: Any = None) -> CaptureResult:
                        "describe": lad.dut_backend.describe()},
             "environment": fingerprint(lad.dut_backend, lad.dut_backend, manifest_config(options)),
             "dtype_plan": plan,
-            "clean": None,  # set by whoever knows (a kit's clean run); the judge never reads it
+            "clean": bool(clean),
             "notes": list(lad.notes),
         }
         manifest = writer.finish(manifest, data)
@@ -189,7 +193,7 @@ def _record_device(lad: RecordingLadder, pipe: Any, record: RunRecord, data: dic
     writer = lad.writer
     assert writer is not None
     o = lad.o
-    climb = _Climb(lad, _Progress(o.quiet, total=1), _Side(pipe=pipe, record=record), _Side(), lambda *a, **k: {})
+    climb = _Climb(lad, _Progress(True, total=1), _Side(pipe=pipe, record=record), _Side(), lambda *a, **k: {})
     climb.cfg0 = lad.dut_cfg()
     say("smoke run")
     memory = None
