@@ -79,6 +79,31 @@ SOURCES: dict[str, tuple[str, str]] = {
         "<= 2 PASS, <= 3 WARN (the floor rule); the allowance covers draws that land within rounding of a "
         "cumulative-sum boundary, which a floor sharing none of the device's kernels need not hit",
     ),
+    "msprobe-benchmark": (
+        "msprobe benchmark standard",
+        "Ascend mstt debug/accuracy_tools/msprobe/pytorch/api_accuracy_checker: precision_standard/"
+        "benchmark_compare.py and compare/algorithm.py (标杆比对法: max relative error over the normal-value "
+        "domain only, small values counted as errors above small_value_atol, RMSE without the small values; "
+        "calc_ratio returns 1 when both errors are ~0 and DEFAULT_RATIO_VALUE 10000 when only the benchmark's "
+        "is, i.e. an error against a zero benchmark always fails); precision_standard/standard_config.py "
+        "(ratio error thresholds: small-value 2, RMSE 2, max rel 10, mean rel 2)",
+    ),
+    "msprobe-dual-n": (
+        "msprobe dual-N share",
+        "Ascend msprobe docs/en/accuracy_checker/pytorch_accuracy_checker_instruct.md and "
+        "precision_standard/standard_config.py (_fp16_ulp_err_proportion 0.001): a low-precision kernel may "
+        "miss on a share of elements below 1/N (dual-hundredth bf16/fp16, dual-thousandth fp32)",
+    ),
+    "difforge-allowance": (
+        "difforge (derived)",
+        "absolute allowances that keep a floor ratio finite when the floor's own error is ~0 (msprobe would "
+        "report its 10000 default there): the operator rung's RMSE floor raised to one rounding of the dtype "
+        "(0.42 * 2^-p RMS for log-uniform mantissas; fp32: msprobe's 32-ulp ULP threshold), its max-rel floor "
+        "to 2^-3 * 2^-p / small-value edge (the H200's clean bf16 group_norm, statistics stored in bf16, "
+        "reached 1.05 at the edge), its small-value errors to msprobe's dual-N share; component/step rel-L2 "
+        "floors to 1e-4, image floors to 1 grey level, token floors to 2 % (at least one token), semantic "
+        "floors to 10 % of N (at least one prompt)",
+    ),
     "peak-table": (
         "vendor datasheets",
         "dense (non-sparse) peak TFLOP/s per dtype, see difforge.validate.bench.KNOWN_PEAKS",
@@ -107,6 +132,46 @@ def dual_rule(dtype: torch.dtype) -> DualRule:
     if dtype == torch.bfloat16:
         return DualRule(100, 1000, 2.0**-8, 2.0**-16)
     return DualRule(1000, 10000, 2.0**-14, 2.0**-30)
+
+
+
+#: Bits of precision (implicit bit included) per dtype: one rounding costs a relative 2^-p at most.
+PRECISION_BITS = {torch.bfloat16: 8, torch.float16: 11, torch.float32: 24}
+
+
+def precision_bits(dtype: torch.dtype) -> int:
+    """Significand bits of ``dtype`` (float32's for anything else: float64 is held to float32's rule)."""
+    return PRECISION_BITS.get(dtype, 24)
+
+
+@dataclass(frozen=True)
+class OpAllowance:
+    """Absolute allowances of the operator rung's ratio rule (msprobe's benchmark standard).
+
+    msprobe divides the device's error by a second device's; difforge divides by the floor's.  A floor
+    whose error is (near) zero - an exactly representable output, an op run in float32, one rounding that
+    happens to be exact - would make any last-bit difference an infinite ratio, so each floor error is
+    raised to what a correct low-precision kernel earns (source ``difforge-allowance``).
+    """
+
+    rmse: float  # rel-L2 (RMSE over the reference's RMS) of one rounding at the dtype
+    max_rel: float  # max relative error over the normal-value domain
+    small_share: float  # share of compared elements that may be small-value errors
+
+
+def op_allowance(dtype: torch.dtype) -> OpAllowance:
+    """The allowances for an op that ran at ``dtype`` (see :class:`OpAllowance` and SOURCES)."""
+    p = precision_bits(dtype)
+    rule = dual_rule(dtype)
+    # RMS relative error of one round-to-nearest: ulp/sqrt(12) over log-uniform mantissas = 0.42 * 2^-p.
+    # A float32 op has no rounding of its own to the reference's dtype; its kernels reorder long sums, and
+    # msprobe's ULP standard lets float32 carry 32 ulps.
+    rmse = 0.42 * 2.0**-p * (32 if p >= 24 else 1)
+    # One rounding of a unit-scale intermediate seen at the normal-domain edge costs 2^-p / edge relative
+    # (1 for bf16 and fp16); a norm or a bias add cancels down to that edge.  2^-3 of it, times msprobe's
+    # ratio of 10, admits the 1.05 the H200's clean bf16 group_norm reached.
+    max_rel = 2.0**-3 * 2.0**-p / rule.small_below
+    return OpAllowance(rmse, max_rel, 1.0 / rule.error_n)
 
 
 # ---- component and teacher-forced step rungs -------------------------------------------------------

@@ -9,9 +9,11 @@ interpolation.  Each kept call is replayed on the CPU from CPU copies of its own
 
 * the **reference** is the same torch function on the inputs upcast to float32;
 * the **floor** is an *emulated* low-precision run: the float32 CPU kernel on the inputs rounded to
-  the dtype the op ran at on the device, its output rounded to that dtype.  It never touches the
+  the dtype the op ran at on the device, its output rounded to that dtype, and for the ops whose real
+  kernels round an intermediate (:data:`FLOOR_RUNS`: attention's probabilities, a convolution before
+  its bias add, a group norm's statistics) that intermediate rounded too.  It never touches the
   device's low-precision kernels (not even the CPU's bf16 ones), so a broken kernel cannot vouch for
-  itself: the floor is what a correctly rounded op at that dtype would give.
+  itself: the floor is what a correct kernel at that dtype may give.
 
 The op's dtype is the dtype of the output it produced on the device, so an op a port runs in float32
 inside a bf16 model is held to the float32 rule, not forgiven at bf16.
@@ -554,6 +556,52 @@ def _sdpa_floor(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: flo
     return torch.where(total > 0, out / total.clamp_min(torch.finfo(torch.float32).tiny), torch.zeros_like(out))
 
 
+def _conv_floor(x: Tensor, w: Tensor, b: Tensor | None, stride: tuple, dilation: tuple, groups: int,
+                dtype: torch.dtype) -> Tensor:
+    """A convolution as PyTorch's CUDA (cuDNN) path and unfused NPU graphs compute it: the convolution
+    rounded to the dtype, then the bias added as its own elementwise op (rounded again by the caller).
+
+    Where the bias cancels the convolution (outputs near 0), the first rounding - at the scale of the
+    convolution, not of the output - is the whole error: on an H200 a clean bf16 ``post_quant_conv``
+    (1x1, with bias) showed max rel 0.091 and 44 small-value errors in 8192, bit for bit what this
+    emulation gives on the same call, and 0 / 0.004 with a single rounding.
+    """
+    y = _CONV[w.dim() - 2](x, w, None, stride, 0, dilation, groups).to(dtype).to(torch.float32)
+    return y if b is None else y + b.reshape((1, -1) + (1,) * (x.dim() - 2))
+
+
+def _group_norm_floor(x: Tensor, groups: int, w: Tensor | None, b: Tensor | None, eps: float,
+                      dtype: torch.dtype) -> Tensor:
+    """Group norm as PyTorch's kernels compute it at a low-precision dtype: the per-group mean and rstd
+    are stored in the input's dtype (``native_group_norm`` returns them so) and the affine
+    ``(x - mean) * rstd * w + b`` is built from the rounded statistics in float32.
+
+    A rounded mean shifts a whole group by up to half an ulp of the mean times the scale, which the
+    shift ``b`` then cancels to near 0 for some elements: the H200's clean bf16 group norm reached max
+    rel 1.05 and 161 small-value errors in 65536, where one output rounding gives 0.004 and 0.
+    """
+    n, c = x.shape[0], x.shape[1]
+    xs = x.reshape(n, groups, -1)
+    mean = xs.mean(-1, keepdim=True)
+    rstd = torch.rsqrt(xs.var(-1, unbiased=False, keepdim=True) + eps)
+    mean, rstd = mean.to(dtype).to(torch.float32), rstd.to(dtype).to(torch.float32)
+    y = ((xs - mean) * rstd).reshape(x.shape)
+    shape = (1, c) + (1,) * (x.dim() - 2)
+    if w is not None:
+        y = y * w.reshape(shape)
+    return y if b is None else y + b.reshape(shape)
+
+
+#: Op type -> the floor's emulation when every correct low-precision kernel of it rounds an intermediate
+#: (called with the inputs rounded to the op's dtype and ``dtype``; the caller rounds the output).  An op
+#: not listed is one float32 kernel and one rounding.  Used for reduced calls (never a whole call).
+FLOOR_RUNS: dict[str, Callable[..., Tensor]] = {
+    "scaled_dot_product_attention": _sdpa_floor,
+    "conv1d": _conv_floor, "conv2d": _conv_floor, "conv3d": _conv_floor,
+    "group_norm": _group_norm_floor,
+}
+
+
 def _full(func: Callable[..., Tensor], args: tuple, kwargs: dict) -> _Plan:
     """The whole call, kept as it came (used when it fits the cap and no reduction applies)."""
     kept = {"args": _map(tuple(args), _cpu), "kwargs": _map(dict(kwargs), _cpu)}
@@ -804,14 +852,17 @@ def replay(call: Call) -> tuple[Tensor, Tensor]:
 
     Reference: the float32 CPU kernel on the inputs upcast to float32.  Floor: the same float32
     kernel on the inputs rounded to the op's dtype, the output rounded to it - an emulation that uses
-    no low-precision kernel of any device (attention also rounds its probabilities: :func:`_sdpa_floor`).
+    no low-precision kernel of any device - with the intermediates real kernels round rounded too
+    (:data:`FLOOR_RUNS`: attention's probabilities, a convolution before its bias, a group norm's
+    statistics).
     """
     dt = call.dtype
     up = _map(call.args, _up)
     ref = call.run(**up).float()
     rounded = _map(up, lambda t: t.to(dt).to(torch.float32) if t.is_floating_point() else t)
-    if call.floor_run is not None and dt != torch.float32:
-        floor = call.floor_run(**rounded, dtype=dt).float()
+    floor_run = call.floor_run or (FLOOR_RUNS.get(call.op) if call.how != "whole call" else None)
+    if floor_run is not None and dt != torch.float32:
+        floor = floor_run(**rounded, dtype=dt).float()
     else:
         same = all(torch.equal(a, b) for a, b in zip(_tensors(up), _tensors(rounded), strict=True))
         floor = ref if same else call.run(**rounded).float()
@@ -821,5 +872,5 @@ def replay(call: Call) -> tuple[Tensor, Tensor]:
     return ref, floor
 
 
-__all__ = ["CAPS", "OP_TYPES", "STEP_COMPONENT", "TABLE", "Call", "Capture", "Caps", "OpTracer", "capture",
+__all__ = ["CAPS", "FLOOR_RUNS", "OP_TYPES", "STEP_COMPONENT", "TABLE", "Call", "Capture", "Caps", "OpTracer", "capture",
            "module_names", "probe_captures", "replay"]
