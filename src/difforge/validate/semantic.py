@@ -47,6 +47,21 @@ def allowance(n: int) -> int:
     return max(1, math.ceil(ALLOWANCE * n))
 
 
+def judge_lost(n: int, ref_ok: int, dut_lost: int, floor_lost: int) -> tuple[Verdict, str]:
+    """The rung's rule on its counts (a pure function, so a report's numbers can be judged again): the
+    prompts the device loses against the floor's, within the allowance PASS, within twice it WARN."""
+    allow = allowance(n)
+    if ref_ok < MIN_REFERENCE_ACCURACY * n:
+        return Verdict.WARN, (f"the reference draws only {ref_ok} of {n} prompts correctly (< "
+                              f"{MIN_REFERENCE_ACCURACY:.0%}): the set does not fit this model, so meaning cannot "
+                              "be judged")
+    if dut_lost <= floor_lost + allow:
+        return Verdict.PASS, f"lost {dut_lost} <= {floor_lost} + {allow}"
+    if dut_lost <= floor_lost + 2 * allow:
+        return Verdict.WARN, f"lost {dut_lost} <= {floor_lost} + {2 * allow}"
+    return Verdict.FAIL, f"lost {dut_lost} > {floor_lost} + {2 * allow}"
+
+
 def _mark(score: Any) -> str:
     return "–" if score is None else ("✓" if score.correct else "✗")
 
@@ -79,22 +94,15 @@ def semantic_rung(scored: list[Scored], floor_label: str) -> RungResult:
     floor_ok = sum(s.floor.correct for s in scored) if has_floor else None
     floor_lost = sum(s.reference.correct and not s.floor.correct for s in scored) if has_floor else 0
     allow = allowance(n)
-    if ref_ok < MIN_REFERENCE_ACCURACY * n:
-        verdict = Verdict.WARN
-        rule = (f"the reference draws only {ref_ok} of {n} prompts correctly (< {MIN_REFERENCE_ACCURACY:.0%}): the "
-                "set does not fit this model, so meaning cannot be judged")
-    elif dut_lost <= floor_lost + allow:
-        verdict, rule = Verdict.PASS, f"lost {dut_lost} <= {floor_lost} + {allow}"
-    elif dut_lost <= floor_lost + 2 * allow:
-        verdict, rule = Verdict.WARN, f"lost {dut_lost} <= {floor_lost} + {2 * allow}"
-    else:
-        verdict, rule = Verdict.FAIL, f"lost {dut_lost} > {floor_lost} + {2 * allow}"
+    verdict, rule = judge_lost(n, ref_ok, dut_lost, floor_lost)
     floor_part = f", floor {floor_ok}/{n} ({floor_label})" if has_floor else ", no floor"
     summary = (f"prompts drawn correctly: device {dut_ok}/{n}, reference {ref_ok}/{n}{floor_part}; the device loses "
                f"{dut_lost} the reference gets right ({rule})")
     result = RungResult("semantic", verdict, summary, rows, {
         "n": n, "device_correct": dut_ok, "reference_correct": ref_ok, "floor_correct": floor_ok,
         "device_lost": dut_lost, "floor_lost": floor_lost if has_floor else None, "allowance": allow,
+        # a WARN of the ratio rule (lost beyond the allowance, within twice it), not of an unfit set
+        "warn_band": rule if verdict is Verdict.WARN and ref_ok >= MIN_REFERENCE_ACCURACY * n else None,
         "items": [{"id": s.item_id, "prompt": s.prompt, "device": s.device.correct, "reference": s.reference.correct,
                    "floor": None if s.floor is None else s.floor.correct,
                    "device_checks": s.device.checks} for s in scored]})

@@ -7,6 +7,7 @@ source of that threshold, so the report can print all three side by side.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
@@ -37,14 +38,51 @@ def worst(verdicts: list[Verdict] | tuple[Verdict, ...]) -> Verdict:
 
 #: The accuracy rungs that prove a port; one skipped leaves the port unproven (overall at least WARN).
 REQUIRED_ACCURACY = ("operator", "component", "step", "trajectory")
+#: The rungs that judge against a noise floor: a WARN of theirs from a floor ratio between PASS and FAIL
+#: fails the sign-off unless the user accepts it (``--accept-warn RUNG=REASON``).
+RATIO_RUNGS = ("operator", "component", "step", "trajectory", "semantic")
 
 
-def overall(rungs: dict[str, RungResult], caveats: list[str] | tuple[str, ...] = ()) -> tuple[Verdict, list[str]]:
+def _is_floor_ratio(name: str) -> bool:
+    return "/ floor" in name or "/ (floor" in name
+
+
+def warn_band(rung: RungResult) -> list[str]:
+    """Where ``rung`` WARNs because a floor ratio sits in the band between PASS and FAIL, as
+    ``"subject: ratio name value"``; empty when its WARN is explained by its rule instead (a coverage
+    gap, no floor to judge against, a prompt set the reference cannot draw) or it does not WARN.
+
+    A row is in the band when it WARNs and formed a floor ratio (a measurement named ``... / floor``):
+    the rules that WARN without a floor, or on coverage, form none.  The semantic rung says so itself
+    (``data["warn_band"]``): its rows are prompts, its ratio is a count.
+    """
+    if rung.key not in RATIO_RUNGS or rung.verdict is not Verdict.WARN:
+        return []
+    if rung.key == "semantic":
+        band = rung.data.get("warn_band")
+        return [f"semantic: {band}"] if band else []
+    found = []
+    for row in rung.rows:
+        if row.verdict is not Verdict.WARN:
+            continue
+        ratios = [(m.name, m.value) for m in row.measurements
+                  if _is_floor_ratio(m.name) and isinstance(m.value, int | float) and not isinstance(m.value, bool)]
+        if ratios:
+            name, value = max(ratios, key=lambda nv: nv[1] if nv[1] == nv[1] else float("inf"))
+            found.append(f"{row.subject}: {name} {value:.3g}")
+    return found
+
+
+def overall(rungs: dict[str, RungResult], caveats: list[str] | tuple[str, ...] = (),
+            accepted: Mapping[str, str] | None = None) -> tuple[Verdict, list[str]]:
     """The verdict of a whole validation and the reasons it is not a plain PASS.
 
     The worst rung verdict, except that SKIP never hides a gap: a required accuracy rung that was
     skipped (or never ran) makes the result at least WARN, as does any ``caveat`` (a stage that
-    failed outside the rungs, e.g. the gallery); everything skipped is a FAIL.
+    failed outside the rungs, e.g. the gallery); everything skipped is a FAIL.  A WARN from a floor
+    ratio between PASS and FAIL (:func:`warn_band`) is a FAIL of the sign-off - real breakages sat at
+    2.55-2.94x the floor while clean runs reached 1.77x (issue 25) - unless ``accepted`` names its
+    rung with the user's reason, which the reasons then carry.
     """
     verdict = worst([r.verdict for r in rungs.values()])
     reasons: list[str] = []
@@ -58,9 +96,41 @@ def overall(rungs: dict[str, RungResult], caveats: list[str] | tuple[str, ...] =
         elif rung.verdict is Verdict.SKIP:
             reasons.append(f"the {key} rung was skipped ({rung.summary or 'no reason given'})")
     reasons.extend(caveats)
+    accepted = dict(accepted or {})
+    unexplained = False
+    for key, rung in rungs.items():
+        band = warn_band(rung)
+        if not band:
+            continue
+        where = "; ".join(band)
+        if key in accepted:
+            reasons.append(f"the {key} rung WARNs on a floor ratio between PASS and FAIL ({where}), accepted by "
+                           f"the user: {accepted[key]}")
+        else:
+            unexplained = True
+            reasons.append(f"the {key} rung WARNs on a floor ratio between PASS and FAIL ({where}): a sign-off "
+                           f"fails on it unless accepted with --accept-warn {key}=REASON")
+    if unexplained:
+        verdict = Verdict.FAIL
     if reasons and verdict is Verdict.PASS:
         verdict = Verdict.WARN
     return verdict, reasons
+
+
+def parse_accept_warn(values: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """``--accept-warn RUNG=REASON`` values as {rung: reason}; ValueError naming the bad one (an unknown
+    rung, no reason) so the caller can say it in one line."""
+    out: dict[str, str] = {}
+    for value in values:
+        rung, sep, reason = value.partition("=")
+        rung, reason = rung.strip(), reason.strip()
+        if not sep or not reason:
+            raise ValueError(f"--accept-warn takes RUNG=REASON (a rung and why its WARN is acceptable), not '{value}'.")
+        if rung not in RATIO_RUNGS:
+            raise ValueError(f"--accept-warn names an unknown rung '{rung}' (a rung judged against the floor: "
+                             f"{', '.join(RATIO_RUNGS)}).")
+        out[rung] = reason
+    return out
 
 
 @dataclass
