@@ -431,9 +431,144 @@ _SPECS = (
           follow=_sine_tables),
 )
 
+# ==== URSA sampler / scheduler faults (issue 25, helper H2) ============================================
+# Faults in the low-precision math of URSA's discrete sampler (models/ursa/scheduler.py): the codebook
+# distance, the jump rates' softmax and the jump probability.  None of it is the transformer, so before
+# the step rung judged the sampler step on its own (issue 25) only the operator rung's traced replay could
+# see them.  On tiny-ursa these functions run in bf16/fp16 only inside the sampler (the transformer calls
+# SDPA and F.linear), so each fires there alone.
+_EXPS = (torch.exp, torch.Tensor.exp, torch.Tensor.exp_)
+
+
+def _exp_base2(fault: Fault, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``exp(x)`` computed as ``2**x``: a fast exponential that drops the ``log2(e)`` factor."""
+    x = args[0] if args else kwargs.get("input")
+    if not is_low(x) or kwargs.get("out") is not None:
+        return SKIP
+    out = torch.exp2(x)
+    return x.copy_(out) if func is torch.Tensor.exp_ else out
+
+
+def _softmax_dim(fault: Fault, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A softmax asked over the last dim that normalises over the one before it (a kernel that assumes
+    another layout)."""
+    x = args[0] if args else kwargs.get("input")
+    if not is_low(x) or x.dim() < 2:
+        return SKIP
+    dim = args[1] if len(args) > 1 else kwargs.get("dim")
+    if dim not in (-1, x.dim() - 1):
+        return SKIP
+    rest = {k: v for k, v in kwargs.items() if k not in ("input", "dim")}
+    return func(x, -2, *args[2:], **rest)
+
+
+def _matmul_half_k(fault: Fault, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``a @ b`` over only the first half of the inner dimension (a tiled kernel that skips its last K tile)."""
+    if kwargs or len(args) != 2 or not all_low(args, {}):
+        return SKIP
+    a, b = args
+    if a.dim() < 2 or b.dim() < 2 or a.shape[-1] < 2:
+        return SKIP
+    k = a.shape[-1] // 2
+    return func(a[..., :k], b[..., :k, :])
+
+
+_NORMALIZE = inspect.signature(F.normalize)
+
+
+def _normalize_dim(fault: Fault, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """F.normalize over dim 0 instead of the dim asked (the reduction axis dropped)."""
+    b = bind(_NORMALIZE, args, kwargs)
+    x = b.arguments["input"]
+    if not is_low(x) or x.dim() < 2 or b.arguments["dim"] in (0, -x.dim()) or b.arguments["out"] is not None:
+        return SKIP
+    b.arguments["dim"] = 0
+    return func(*b.args, **b.kwargs)
+
+
+URSA_SAMPLER_SPECS = (
+    _Spec("exp_base2", "sampler", "exp(x) computed as 2**x in bf16/fp16 (URSA's jump probability 1 - exp(-dt*rate))",
+          _EXPS, _exp_base2),
+    _Spec("softmax_dim", "sampler", "softmax asked over the last dim normalises over the one before it "
+          "(URSA's jump rates and target draw)", SOFTMAXES, _softmax_dim),
+    _Spec("matmul_half_k", "sampler", "matmul/bmm over only the first half of the inner dimension "
+          "(URSA's codebook distance e @ 2E^T)", MATMULS, _matmul_half_k),
+    _Spec("normalize_dim", "sampler", "F.normalize over dim 0 instead of the dim asked (URSA's codebook "
+          "and target embeddings)", (F.normalize,), _normalize_dim),
+)
+# ==== end of the URSA sampler block =====================================================================
+
+# ==== Post-network faults (issue 25, helper H3) =======================================================
+# Faults in what a Qwen-Image-Edit step computes after the transformer's output, in bf16/fp16: the true-CFG
+# combine (models/qwen_edit/loop.py combine_cfg), the scheduler's Euler update (diffusers'
+# FlowMatchEulerDiscreteScheduler.step: ``sample.float() + dt * model_output``, the product in the model's
+# dtype) and the unpacking of the latents before the VAE (diffusers' _unpack_latents).  A call survey of a
+# tiny-qwen-edit bf16 edit found these calls there and nowhere else (the only same-shape low-precision
+# subtraction is CFG's, the packing permutes the other way); each fault fires on them alone.  A fault in the
+# CFG *norm* rescale (the norm over the wrong dim) was tried and left out: tiny-qwen-edit's two branches
+# are so alike that the rescale factor is 1 within 1 % over either dim (the step rung's ``post guided`` row
+# measured it at 1.28x the floor, clean 1.00x: inside bf16 rounding, not a catchable fault on this model).
+_SUBS = (*_optional("sub", "subtract"), torch.Tensor.sub, torch.Tensor.__sub__)
+
+
+def _sub_swap(fault: Fault, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``a - b`` of two same-shape bf16/fp16 tensors computed as ``b - a`` (a binary kernel that takes its
+    operands in the wrong order): in Qwen's true CFG the guidance direction ``cond - uncond`` reversed."""
+    if kwargs or len(args) != 2:
+        return SKIP
+    a, b = args
+    if not (is_low(a) and is_low(b)) or a.shape != b.shape:
+        return SKIP
+    return func(b, a)
+
+
+_SCALE_MULS = (torch.Tensor.mul, torch.Tensor.__mul__, torch.Tensor.__rmul__, torch.mul)
+
+
+def _euler_step_scale(fault: Fault, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A 0-d float32 step size times a bf16/fp16 tensor (computed in bf16/fp16: a 0-d tensor does not
+    promote) comes out 1.1x: the Euler update ``dt * velocity`` of a kernel that reads its scalar from the
+    wrong sigma slot (a 10 % longer step)."""
+    if kwargs or len(args) != 2:
+        return SKIP
+    a, b = args
+    for s, x in ((a, b), (b, a)):
+        if (isinstance(s, torch.Tensor) and s.dim() == 0 and s.dtype == torch.float32 and is_low(x)
+                and x.dim() >= 2):
+            return func(a * 1.1, b) if s is a else func(a, b * 1.1)
+    return SKIP
+
+
+_PERMUTES = (torch.Tensor.permute, torch.permute)
+#: The permutation of diffusers' _unpack_latents (``[B, H/2, W/2, C, 2, 2]`` -> ``[B, C, H/2, 2, W/2, 2]``).
+_UNPACK = (0, 3, 1, 4, 2, 5)
+
+
+def _unpack_transpose(fault: Fault, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The latents' unpack permutation with the 2x2 patch's two axes exchanged (every patch transposed):
+    a transpose kernel handed the last two axes in the wrong order."""
+    x = args[0] if args else kwargs.get("input")
+    dims: Any = args[1:] if len(args) > 1 else kwargs.get("dims", ())
+    if len(dims) == 1 and isinstance(dims[0], list | tuple):
+        dims = dims[0]
+    if not is_low(x) or x.dim() != 6 or tuple(dims) != _UNPACK:
+        return SKIP
+    return func(x, (0, 3, 1, 5, 2, 4))
+
+
+POST_NETWORK_SPECS = (
+    _Spec("cfg_sub_swap", "post-network", "a - b of two same-shape bf16/fp16 tensors computed as b - a (Qwen's "
+          "true-CFG direction cond - uncond)", _SUBS, _sub_swap),
+    _Spec("euler_step_scale", "post-network", "0-d float32 scalar x bf16/fp16 tensor comes out 1.1x (the Euler "
+          "update dt * velocity)", _SCALE_MULS, _euler_step_scale),
+    _Spec("unpack_transpose", "post-network", "the latents' unpack permute (0,3,1,4,2,5) of a bf16/fp16 tensor "
+          "with the 2x2 patch axes exchanged", _PERMUTES, _unpack_transpose),
+)
+# ==== end of the post-network block ====================================================================
+
 #: Every fault by name (shared instances: call :meth:`Fault.fresh` for an independent count).
 FAULTS: dict[str, Fault] = {s.name: Fault(s.name, s.what, s.targets, s.inject, s.family, s.observe, s.follow)
-                            for s in _SPECS}
+                            for s in (*_SPECS, *URSA_SAMPLER_SPECS, *POST_NETWORK_SPECS)}
 
 #: Where each fault fires on the tiny models (bf16 on the CPU), from the call survey and the sweep's
 #: measured ``fired`` counts (the survey's 2-step generate never reached URSA's scheduler matmul;
@@ -457,6 +592,15 @@ FIRES_ON: dict[str, tuple[str, ...]] = {
     "cat_swap": ("tiny-qwen-edit",),
     "matmul_noise": ("tiny-ursa",),  # the scheduler's bf16 codebook distance (e @ emb), not the transformer
     "rope_sin_sign": ("tiny-ursa", "tiny-qwen-edit"),
+    # URSA sampler block: measured with the step rung's sampler check (issue 25)
+    "exp_base2": ("tiny-ursa",),
+    "softmax_dim": ("tiny-ursa",),
+    "matmul_half_k": ("tiny-ursa",),
+    "normalize_dim": ("tiny-ursa",),
+    # post-network block: measured with the step rung's post-network rows (issue 25)
+    "cfg_sub_swap": ("tiny-qwen-edit",),
+    "euler_step_scale": ("tiny-qwen-edit",),
+    "unpack_transpose": ("tiny-qwen-edit",),
 }
 
 

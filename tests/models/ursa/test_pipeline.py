@@ -12,7 +12,7 @@ import torch
 from difforge.config import RunConfig
 from difforge.errors import CheckpointError, InputError, ModelFamilyError, SizeError, StepsError
 from difforge.models.ursa import URSAPipeline
-from difforge.models.ursa.probe import URSAProbe, step_seed
+from difforge.models.ursa.probe import URSAProbe
 from difforge.runtime.record import RunRecord
 
 from .conftest import load
@@ -183,7 +183,6 @@ def test_step_hook_and_forward_step(tiny_pipe: URSAPipeline) -> None:
         torch.testing.assert_close(out["logits"], seen[i][1]["logits"], rtol=0, atol=0)
         again = probe.forward_step(cfg, i, {"tokens": seen[i][0]["tokens"]})
         assert torch.equal(out["tokens"], again["tokens"]) and out["tokens"].dtype == torch.int64
-    assert step_seed(5, 1) != step_seed(5, 2)
 
 
 def test_components_blocks_and_flops(tiny_pipe: URSAPipeline) -> None:

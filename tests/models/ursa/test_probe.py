@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 
 import numpy as np
@@ -45,7 +46,7 @@ def test_forward_step_is_the_pipelines_step_bit_for_bit(tiny_pipe: URSAPipeline,
     """Teacher-forced on the run's own tokens, every step's logits equal the run's (max abs diff 0).
 
     Step 0 of the metric path moves no token, so its sampled tokens must equal the run's too, whatever
-    generator draws them; later steps draw from :func:`step_seed`'s stream, not the run's.
+    stream draws them; later steps draw from the Philox stream, not this run's reference stream.
     """
     cfg = RunConfig(model="tiny-ursa", quiet=True, prompt="a red cat", negative_prompt="blurry", height=64, width=48,
                     steps=5, guidance=guidance, guidance_trunc=0.5, seed=9)
@@ -119,9 +120,7 @@ def test_every_cpu_generator_comes_from_the_backend(tiny_pipe: URSAPipeline, mon
     probe = URSAProbe(tiny_pipe)
     probe.forward_step(cfg, 1, seen[1][0])
     probe.component_inputs(cfg)
-    from difforge.models.ursa.probe import step_seed
-
-    assert seeds == [3, step_seed(3, 1), 3]
+    assert seeds == [3, 3, 3]  # the run; the teacher-forced step's Philox key (the run's seed); the components
 
 
 def test_call_reads_in_numbered_stages() -> None:
@@ -139,3 +138,53 @@ def test_reference_arguments_are_checked_like_a_run_config(tiny_pipe: URSAPipeli
     with pytest.raises(TypeError):
         tiny_pipe(prompt="x", colour="red")
     assert ReferenceArgs().run_config().steps == URSAPipeline.num_steps(RunConfig(model="x")) == 25
+
+
+# ---- the sampler step alone (issue 25) ----------------------------------------------------------------
+PHILOX_CFG = RunConfig(model="tiny-ursa", quiet=True, prompt="a red cat", height=64, width=64, steps=4, seed=7,
+                       fast=["philox-rng"])
+
+
+def test_a_philox_run_is_replayed_token_for_token(tiny_pipe: URSAPipeline) -> None:
+    """forward_step draws from the run's own Philox words (key: the seed; counter: the step), so teacher-forced
+    on a Philox run's tokens it reproduces every step's tokens exactly - on any device the same words."""
+    seen = recorded(tiny_pipe, PHILOX_CFG)
+    probe = URSAProbe(tiny_pipe)
+    assert probe.portable_stream(PHILOX_CFG) and not probe.portable_stream(dataclasses.replace(PHILOX_CFG, fast=[]))
+    for i, (before, after) in sorted(seen.items()):
+        assert torch.equal(probe.forward_step(PHILOX_CFG, i, before)["tokens"], after["tokens"]), i
+
+
+def test_the_sampler_step_is_the_schedulers_step(tiny_pipe: URSAPipeline) -> None:
+    """Given a step's own logits, sampler_step draws the tokens forward_step drew (natively: bit for bit);
+    its internals are the scheduler's rates and jump probabilities, finite and in range."""
+    seen = recorded(tiny_pipe, PHILOX_CFG)
+    probe = URSAProbe(tiny_pipe)
+    for i, (before, _after) in sorted(seen.items()):
+        step = probe.forward_step(PHILOX_CFG, i, before)
+        alone = probe.sampler_step(PHILOX_CFG, i, before, step["logits"])
+        assert torch.equal(alone["tokens"], step["tokens"]), i
+        if i == PHILOX_CFG.steps - 1:  # the last step only draws the targets
+            assert set(alone) == {"x1", "tokens"} and torch.equal(alone["x1"], alone["tokens"])
+            continue
+        assert alone["jump_prob"].shape == (1, 16) and alone["rate"].shape == (16, 64)
+        assert bool(((alone["jump_prob"] >= 0) & (alone["jump_prob"] <= 1)).all())
+        assert bool((alone["rate"] >= 0).all()) and bool(torch.isfinite(alone["rate"]).all())
+        # float32 pipeline: the emulated path (float16 codebook terms on float32 kernels) is the native one
+        # up to those terms' rounding
+        emulated = probe.sampler_step(PHILOX_CFG, i, before, step["logits"], emulate=torch.float32)
+        torch.testing.assert_close(emulated["jump_prob"], alone["jump_prob"], rtol=2e-2, atol=1e-4)
+
+
+def test_given_targets_decide_the_rates(tiny_pipe: URSAPipeline) -> None:
+    """``x1`` given: the rates are computed for those targets (the reference's), the draws stay this side's."""
+    seen = recorded(tiny_pipe, PHILOX_CFG)
+    before, after = seen[1]
+    probe = URSAProbe(tiny_pipe)
+    own = probe.sampler_step(PHILOX_CFG, 1, before, after["logits"])
+    other = (own["x1"] + 1) % tiny_pipe.scheduler.codebook_size
+    forced = probe.sampler_step(PHILOX_CFG, 1, before, after["logits"], x1=other)
+    assert torch.equal(forced["x1"], own["x1"]) and torch.equal(forced["tokens"], own["tokens"])
+    assert not torch.equal(forced["rate"], own["rate"])
+    again = probe.sampler_step(PHILOX_CFG, 1, before, after["logits"], x1=own["x1"])
+    assert torch.equal(again["rate"], own["rate"]) and torch.equal(again["jump_prob"], own["jump_prob"])

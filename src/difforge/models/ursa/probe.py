@@ -49,11 +49,6 @@ NEGATIVE = "worst quality, low quality, inconsistent motion, static, still, blur
 RATE_ROWS = 256
 
 
-def step_seed(seed: int, i: int) -> int:
-    """Seed of the reference-stream generator a teacher-forced step ``i`` would use (the probe's steps
-    draw from the Philox stream of ``seed`` itself, whose counter already holds the step)."""
-    return (int(seed) * 1_000_003 + int(i)) % (2**63 - 1)
-
 
 # ---- operator capture ---------------------------------------------------------------------------
 def _rotate_half_layout(t: Tensor) -> Tensor:
