@@ -51,7 +51,7 @@ from .options import ValidateOptions
 from .runner import _Climb, _memory_now, _Progress, _Side
 from .semantic import QUICK_N as QUICK_SEMANTIC
 from .steps import StepTrace, capture_blocks
-from .tracing import probe_captures
+from .tracing import CAPS, _flat, _pick, probe_captures
 from .trajectory import LATENT_KEYS
 
 
@@ -260,9 +260,14 @@ def _operators(lad: RecordingLadder, probe: Any, cfg: RunConfig, first: dict[str
     assert writer is not None
     if first is None:
         return {"cases": [], "captures": []}
-    cases = [{"op": c.op, "impl": c.impl, "exact": c.exact, "shape": c.shape, "dut": c.dut, "ref": c.ref,
-              "floor": c.floor, "note": c.note}
-             for c in probe.operator_cases(torch.device("cpu"), cfg, first, list(adaptations))]
+    cases = []
+    for c in probe.operator_cases(torch.device("cpu"), cfg, first, list(adaptations)):
+        # as a traced call: at most CAPS.outputs elements, the same fixed ones on every side
+        idx = _pick(c.dut.numel(), CAPS.outputs) if c.dut.numel() > CAPS.outputs else None
+        kept = [t if t is None or idx is None else _flat(t.reshape(-1), idx) for t in (c.dut, c.ref, c.floor)]
+        how = f"; {CAPS.outputs} of {c.dut.numel()} output elements kept" if idx is not None else ""
+        cases.append({"op": c.op, "impl": c.impl, "exact": c.exact, "shape": c.shape, "dut": kept[0],
+                      "ref": kept[1], "floor": kept[2], "note": c.note + how})
     captures = []
     for k, cap in enumerate(probe_captures(probe, cfg, first)):
         captures.append(writer.put(store_capture(cap), f"operator/capture{k}"))
