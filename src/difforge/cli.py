@@ -387,6 +387,10 @@ def validate(
         "--allow-self-compare", help="Allow device == reference (same dtype); the report says it is not a port test.")
     ] = False,
     fail_on: Annotated[str, typer.Option(help="Exit 1 on 'fail' (default) or also on 'warn'.")] = "fail",
+    accept_warn: Annotated[list[str] | None, typer.Option(
+        "--accept-warn", help="RUNG=REASON (repeatable): accept a WARN of that rung's floor ratio (between 2x and "
+                              "3x the floor) for REASON, printed in the report; otherwise it fails the sign-off.")
+    ] = None,
     transformer: Annotated[
         Path | None, typer.Option(help="Transformer-only safetensors (e.g. an FP8 re-pack) replacing the folder's.")
     ] = None,
@@ -443,6 +447,7 @@ def validate(
         floor=floor,
         allow_self_compare=allow_self_compare,
         fail_on=fail_on,
+        accept_warn=accept_warn or [],
         transformer=str(transformer) if transformer else None,
         compile=use_compile,
         fast=fast or [],

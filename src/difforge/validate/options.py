@@ -70,6 +70,9 @@ class ValidateOptions:
     allow_self_compare: bool = False
     #: ``warn``: a WARN verdict exits 1 too (a sign-off that accepts no open question).
     fail_on: str = "fail"
+    #: ``RUNG=REASON`` (repeatable): a WARN from a floor ratio between PASS and FAIL on RUNG is accepted for
+    #: REASON (printed in the report) instead of failing the sign-off (:func:`~.verdict.overall`).
+    accept_warn: list[str] = field(default_factory=list)
     #: A golden bundle (``difforge golden --out``): the reference and floor are read from it, not computed.
     golden: str | None = None
     #: A capture bundle (``difforge capture --out``): the device under test's half of this validation, made
@@ -99,6 +102,15 @@ class ValidateOptions:
     true_cfg: float | None = None
     negative_prompt: str | None = None
 
+    def accepted_warns(self) -> dict[str, str]:
+        """``--accept-warn`` as {rung: reason}; a bad one (unknown rung, no reason) is exit 2, one line."""
+        from .verdict import parse_accept_warn
+
+        try:
+            return parse_accept_warn(self.accept_warn)
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+
     def check(self) -> None:
         """Reject bad usage early, as a DifforgeError (exit 2) with one actionable sentence."""
         if self.lang not in ("en", "zh"):
@@ -127,6 +139,7 @@ class ValidateOptions:
             parse_reference(self.floor, flag="--floor")
         if self.fail_on not in ("fail", "warn"):
             raise InputError(f"--fail-on must be 'fail' or 'warn', not '{self.fail_on}'.")
+        self.accepted_warns()
         if self.msprobe:
             from .msprobe_view import require
 

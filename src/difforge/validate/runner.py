@@ -158,6 +158,8 @@ def _reproduce(options: ValidateOptions) -> list[str]:
         args.append("--allow-self-compare")
     if options.fail_on != "fail":
         args += ["--fail-on", options.fail_on]
+    for accepted in options.accept_warn:
+        args += ["--accept-warn", accepted]
     if options.golden:
         args += ["--golden", os.path.abspath(options.golden)]
     if options.capture:
@@ -712,8 +714,10 @@ class _Climb:
             data["msprobe"] = {**how_to(), "requested": True, "error": "not run: the validation stopped before it"
                                } if self.o.msprobe else how_to()
         ordered = {k: self.rungs[k] for k in RUNGS if k in self.rungs}
-        verdict, reasons = overall(ordered, lad.caveats)
+        accepted = self.o.accepted_warns()
+        verdict, reasons = overall(ordered, lad.caveats, accepted)
         data["verdict_reasons"] = reasons
+        data["accepted_warn"] = accepted
         config = {**self.o.to_dict(), "rounds_effective": lad.rounds, "warmup_effective": lad.warmup,
                   "seeds": self.seeds}
         if self.captured is not None:  # the device's environment is the capture's; this machine only judged
