@@ -24,6 +24,7 @@ from difforge.models.registry import probe_for
 from difforge.validate import ValidateOptions, ValidationResult, Verdict
 from difforge.validate.floor import EmulatedPrecision, InPrecision, emulate, module_dtypes
 from difforge.validate.ladder import Ladder
+from difforge.validate.verdict import Row, RungResult, overall, warn_band
 
 from .ladder_run import run_validation
 
@@ -128,10 +129,80 @@ def test_fail_on_is_checked(tmp_path: Path) -> None:
 
 def test_the_report_names_the_floor(tmp_path: Path) -> None:
     result = run_validation(ValidateOptions(model="tiny-ursa", out=tmp_path / "r", device="cpu", dtype="bfloat16",
-                                            quick=True, quiet=True, steps=2, height=32, width=32, rounds=1, warmup=0))
+                                            quick=True, quiet=True, steps=2, height=32, width=32, rounds=1, warmup=0,
+                                            accept_warn=["trajectory=random weights: a tiny model's picture"]))
+    assert result.data["accepted_warn"] == {"trajectory": "random weights: a tiny model's picture"}
+    assert "--accept-warn" in result.data["reproduce"][0]
     assert result.data["floor_label"].startswith("emulated bfloat16")
     assert result.data["self_comparison"] is False
     step = result.rungs["step"]
     ratios = [m.value for row in step.rows for m in row.measurements if m.name == "rel_l2 / floor"]
     assert ratios and all(0.5 < r < 2.0 for r in ratios), ratios
     assert any(abs(r - 1.0) > 1e-3 for r in ratios), ratios  # the old same-device floor gave exactly 1
+
+
+# ---- WARN policy: a floor ratio between PASS and FAIL fails the sign-off unless accepted --------------------
+def _ratio_rung(key: str, ratio: float | None, verdict: Verdict) -> RungResult:
+    row = Row("transformer")
+    if ratio is not None:
+        row.add("rel_l2 / floor", ratio)
+    row.add("decision", "...", "", verdict)
+    row.settle()
+    return RungResult(key, verdict, "", [row])
+
+
+def _passing() -> dict[str, RungResult]:
+    return {k: RungResult(k, Verdict.PASS) for k in ("smoke", "operator", "component", "step", "trajectory")}
+
+
+def test_a_warn_in_the_ratio_band_fails_the_sign_off() -> None:
+    rungs = {**_passing(), "component": _ratio_rung("component", 2.6, Verdict.WARN)}
+    assert warn_band(rungs["component"]) == ["transformer: rel_l2 / floor 2.6"]
+    verdict, reasons = overall(rungs)
+    assert verdict is Verdict.FAIL
+    assert len(reasons) == 1 and "component" in reasons[0] and "2.6" in reasons[0] and "--accept-warn" in reasons[0]
+
+
+def test_an_accepted_warn_stays_warn_and_carries_the_reason() -> None:
+    rungs = {**_passing(), "step": _ratio_rung("step", 2.9, Verdict.WARN)}
+    verdict, reasons = overall(rungs, accepted={"step": "bf16 softmax, reviewed"})
+    assert verdict is Verdict.WARN and "bf16 softmax, reviewed" in reasons[0]
+    # accepting another rung's WARN does not accept this one
+    assert overall(rungs, accepted={"component": "x"})[0] is Verdict.FAIL
+
+
+@pytest.mark.parametrize("rung", [
+    _ratio_rung("component", None, Verdict.WARN),  # no floor: the cosine gate alone can only WARN
+    RungResult("operator", Verdict.WARN, "", [Row("conv_transpose2d", verdict=Verdict.WARN)]),  # coverage gap
+    _ratio_rung("determinism", 1.5, Verdict.WARN),  # a rerun within the floor: not a ratio rung
+    RungResult("semantic", Verdict.WARN, "", [], {"warn_band": None}),  # the set does not fit the model
+])
+def test_warns_explained_by_their_rule_keep_todays_behaviour(rung: RungResult) -> None:
+    rungs = {**_passing(), rung.key: rung}
+    assert warn_band(rung) == []
+    assert overall(rungs)[0] is Verdict.WARN
+
+
+def test_a_semantic_warn_of_its_count_rule_is_in_the_band() -> None:
+    rung = RungResult("semantic", Verdict.WARN, "", [], {"warn_band": "lost 2 <= 0 + 2"})
+    verdict, reasons = overall({**_passing(), "semantic": rung})
+    assert verdict is Verdict.FAIL and "lost 2" in reasons[0]
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("bogus=x", "unknown rung 'bogus'"), ("component", "RUNG=REASON"), ("component=", "RUNG=REASON"),
+    ("determinism=flaky", "unknown rung 'determinism'")])
+def test_accept_warn_is_checked(value: str, message: str, tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=message):
+        _opts(tmp_path, dtype="bfloat16", accept_warn=[value]).check()
+    result = CliRunner().invoke(app, ["validate", "--model", "tiny-ursa", "--device", "cpu", "--dtype", "bfloat16",
+                                      "--quick", "--accept-warn", value, "--out", str(tmp_path / "cli")],
+                                catch_exceptions=False)
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "cli").exists()
+
+
+def test_accept_warn_parses_repeated_values(tmp_path: Path) -> None:
+    opts = _opts(tmp_path, dtype="bfloat16", accept_warn=["step=reviewed: bf16 softmax", "semantic=a=b"])
+    assert opts.accepted_warns() == {"step": "reviewed: bf16 softmax", "semantic": "a=b"}
