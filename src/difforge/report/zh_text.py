@@ -69,6 +69,10 @@ EXACT: dict[str, str] = {
     "share rel err > 0.1%": "相对误差 > 0.1% 的占比",
     "share rel err > 1%": "相对误差 > 1% 的占比",
     "small-value errors": "小值误差数",
+    "share rel err > 0.01%": "相对误差 > 0.01% 的占比",
+    "elements compared": "比对元素数",
+    "floor max_rel_err": "噪声基线最大相对误差",
+    "floor small-value errors": "噪声基线小值误差数",
     "rmse / floor": "RMSE / 噪声基线",
     "max_rel / floor": "最大相对误差 / 噪声基线",
     "small errors / floor": "小值误差 / 噪声基线",
@@ -117,6 +121,8 @@ EXACT: dict[str, str] = {
     # ---- thresholds --------------------------------------------------------------------------------------
     "floor rule": "噪声基线规则",
     "msprobe pre-check tree, then ratio rule": "msprobe 预检决策树，再按比值规则",
+    "msprobe pre-check tree, then ratio rule (floors raised to allowances)":
+        "msprobe 预检决策树，再按比值规则（噪声基线抬升到容许值）",
     # ---- rung findings and reasons -----------------------------------------------------------------------
     "all phases completed; output finite and not blank": "各阶段均已完成；输出无 NaN/Inf 且非空白",
     "the run returned no image": "运行未返回任何图像",
@@ -318,6 +324,28 @@ SOURCES_ZH: dict[str, tuple[str, str]] = {
         "fp16 输出, fp32 输出) < 5e-2（acceptance.md c.2）；仅在没有噪声基线时使用，且最多为 WARN：绝对界无法证明"
         "适配正确",
     ),
+    "msprobe-benchmark": (
+        "msprobe 标杆比对法",
+        "昇腾 mstt debug/accuracy_tools/msprobe/pytorch/api_accuracy_checker：precision_standard/"
+        "benchmark_compare.py 与 compare/algorithm.py（标杆比对法：最大相对误差只在正常值域内统计，小值超过 "
+        "small_value_atol 计为错误，RMSE 不含小值；calc_ratio 在两侧误差都约为 0 时返回 1，仅标杆误差为 0 时返回 "
+        "DEFAULT_RATIO_VALUE 10000，即对零误差标杆的任何误差都判为失败）；precision_standard/standard_config.py"
+        "（比值错误阈值：小值域 2、RMSE 2、最大相对误差 10、平均相对误差 2）",
+    ),
+    "msprobe-dual-n": (
+        "msprobe 双 N 占比",
+        "昇腾 msprobe docs/en/accuracy_checker/pytorch_accuracy_checker_instruct.md 与 "
+        "precision_standard/standard_config.py（_fp16_ulp_err_proportion 0.001）：低精度内核可以在低于 1/N 的元素"
+        "占比上出错（bf16/fp16 双百分之一，fp32 双千分之一）",
+    ),
+    "difforge-allowance": (
+        "difforge（推导）",
+        "噪声基线自身误差约为 0 时让比值保持有限的绝对容许值（msprobe 在此给出默认值 10000）：算子级的 RMSE 基线抬升到 "
+        "该 dtype 一次舍入的误差（对数均匀尾数下 RMS 为 0.42 * 2^-p；fp32 取 msprobe 的 32 ULP 阈值），最大相对误差"
+        "基线抬升到 2^-3 * 2^-p / 小值域边界（H200 上干净的 bf16 group_norm 统计量以 bf16 保存，在边界处达到 1.05），"
+        "小值误差抬升到 msprobe 的双 N 占比；组件级/逐步验证的 rel-L2 基线抬升到 1e-4，图像基线抬升到 1 个灰度级，"
+        "token 基线抬升到 2 %（至少一个 token），语义基线抬升到 N 的 10 %（至少一个提示词）",
+    ),
     "peak-table": (
         "厂商数据手册",
         "各 dtype 的稠密（非稀疏）峰值 TFLOP/s，见 difforge.validate.bench.KNOWN_PEAKS",
@@ -477,6 +505,14 @@ rule(r"the floor's RMSE \((?P<label>.+)\)", "噪声基线的 RMSE（{label}）",
 # ---- verdict reasons and caveats -------------------------------------------------------------------------------
 rule(r"the (?P<key>\w+) rung did not run", "{key}未运行", key=_word(RUNGS))
 rule(r"the (?P<key>\w+) rung was skipped \((?P<why>.+)\)", "{key}被跳过（{why}）", key=_word(RUNGS), why=_t)
+rule(r"the (?P<key>\w+) rung WARNs on a floor ratio between PASS and FAIL \((?P<where>.+)\), accepted by the user: "
+     r"(?P<why>.+)", "{key}因噪声基线比值位于 PASS 与 FAIL 之间而为 WARN（{where}），已由用户接受：{why}",
+     key=_word(RUNGS), where=_items("; ", "；", _named))
+rule(r"the (?P<key>\w+) rung WARNs on a floor ratio between PASS and FAIL \((?P<where>.+)\): a sign-off fails on it "
+     r"unless accepted with --accept-warn (?P<flag>\w+=REASON)",
+     "{key}因噪声基线比值位于 PASS 与 FAIL 之间而为 WARN（{where}）：除非用 --accept-warn {flag} 明确接受，否则签收判为"
+     "失败", key=_word(RUNGS), where=_items("; ", "；", _named))
+rule(r"(?P<name>.+ / floor) (?P<v>NUM)", "{name} {v}", name=_t)
 
 # ---- runner: crashes, stages, the golden bundle ----------------------------------------------------------------
 rule(r"out of memory: (?P<err>.+)", "内存不足：{err}", err=_t)
@@ -579,6 +615,12 @@ rule(r"max abs < (?P<x>NUM)", "最大绝对误差 < {x}")
 rule(r"dual-(?P<e>\d+) and dual-(?P<w>\d+)", "dual-{e} 与 dual-{w}")
 rule(r"(?P<how>.+), explained by (?P<d>DT) \(within the ratio rule\)", "{how}，可由 {d} 精度解释（在比值规则之内）",
      how=_t)
+rule(r"(?P<how>.+); no floor to settle it", "{how}；没有噪声基线可据以裁定", how=_t)
+rule(r"(?P<how>.+); ratio rule exceeded: (?P<over>.+)", "{how}；超出比值规则：{over}", how=_t,
+     over=_items(", ", "、"))
+rule(r"\|ref\| >= 2\^(?P<e>-?\d+)", "|ref| >= 2^{e}（正常值域）")
+rule(r"<= (?P<r>NUM) \(floor >= (?P<a>NUM)\)", "<= {r}（噪声基线至少取 {a}）")
+rule(r"<= (?P<r>NUM) \(share; floor >= (?P<a>NUM)\)", "<= {r}（按占比；噪声基线至少取 {a}）")
 
 # ---- component (the floor rule) ---------------------------------------------------------------------------------
 rule(r"cosine (?P<c>NUM) < (?P<t>NUM)", "余弦相似度 {c} < {t}")

@@ -60,7 +60,7 @@ def warn_band(rung: RungResult) -> list[str]:
         return []
     if rung.key == "semantic":
         band = rung.data.get("warn_band")
-        return [f"semantic: {band}"] if band else []
+        return [str(band)] if band else []
     found = []
     for row in rung.rows:
         if row.verdict is not Verdict.WARN:
