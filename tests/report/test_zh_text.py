@@ -440,7 +440,7 @@ PATTERN_EXAMPLES: list[tuple[str, str]] = [
      '2.6): a sign-off fails on it unless accepted with --accept-warn step=REASON',
      '逐步教师强制验证因噪声基线比值位于 PASS 与 FAIL 之间而为 WARN（第 2 步：rel_l2 / 噪声基线 2.9；第 3 步：rel_l2 / '
      '噪声基线 2.6）：除非用 --accept-warn step=REASON 明确接受，否则签收判为失败'),
-    ('max_rel / floor 12.5', '最大相对误差 / 噪声基线 12.5'),
+    ('rel_l2 / floor 2.55', 'rel_l2 / 噪声基线 2.55'),
     ('cosine 0.98710 < 0.99',
      '余弦相似度 0.98710 < 0.99'),
     ('no floor: cosine 0.99950 >= 0.999',
