@@ -166,6 +166,8 @@ EXACT: dict[str, str] = {
         "未给出 --image：编辑任务使用合成测试图（input_synthetic.png）",
     "no --image given: edits use the golden bundle's synthetic test picture":
         "未给出 --image：编辑任务使用标杆数据包中的合成测试图",
+    "no --image given to the capture: edits use the capture's synthetic test picture":
+        "未给出 --image：编辑任务使用捕获数据包中的合成测试图",
     # ---- msprobe view ------------------------------------------------------------------------------------
     ("msprobe's CLI prints \"[ERROR] Please verify that the CANN environment is properly configured.\" on a "
      "machine without CANN (its offline-model comparison imports CANN's acl at start-up); comparing dumps does "
@@ -535,6 +537,13 @@ rule(r"reference and floor read from the golden bundle (?P<path>.+) \(made (?P<c
      r"host's float32 kernels",
      "参考与噪声基线读取自标杆数据包 {path}（由 difforge {ver} 于 {created} 生成）：二者均未在本机运行；"
      "算子级验证在本机的 float32 内核上重放被测设备捕获的调用")
+
+rule(r"the device under test \((?P<dut>.+?), (?P<name>.+?)\) ran elsewhere: its half of this validation is the "
+     r"capture (?P<path>.+) \(made (?P<created>.+) by difforge (?P<ver>\S+), digest (?P<d>[0-9a-f]+)\); the reference "
+     r"and the floor ran here, teacher-forced on the device's own recorded states",
+     "被测设备（{dut}，{name}）在别处运行：本次验证中属于它的部分来自捕获数据包 {path}（由 difforge {ver} 于 {created} "
+     "生成，sha256 {d}）；参考与噪声基线在本机运行，在被测设备记录的状态上进行教师强制")
+rule(r"on the device: (?P<err>.+)", "在被测设备上：{err}", err=_t)
 
 # ---- ladder: --quick, the floor's notes ------------------------------------------------------------------------
 rule(r"(?P<what>steps|prompts|rounds|warmup|semantic prompts) (?P<asked>.+) -> (?P<ran>\d+)", "{what} {asked} -> {ran}",
