@@ -507,7 +507,8 @@ URSA_SAMPLER_SPECS = (
 # subtraction is CFG's, the packing permutes the other way); each fault fires on them alone.  A fault in the
 # CFG *norm* rescale (the norm over the wrong dim) was tried and left out: tiny-qwen-edit's two branches
 # are so alike that the rescale factor is 1 within 1 % over either dim (the step rung's ``post guided`` row
-# measured it at 1.28x the floor, clean 1.00x: inside bf16 rounding, not a catchable fault on this model).
+# measured it at 2.75x the floor at worst, clean 1.00x: a WARN inside bf16 rounding, not a fault this model
+# can show; on a trained model with distinct branches it would be gross).
 _SUBS = (*_optional("sub", "subtract"), torch.Tensor.sub, torch.Tensor.__sub__)
 
 

@@ -65,6 +65,31 @@ def _sdpa(dtype: torch.dtype) -> torch.Tensor:
     return F.scaled_dot_product_attention(q, k, v)
 
 
+def _cfg_combine(dtype: torch.dtype) -> torch.Tensor:
+    """Qwen-Image-Edit's true-CFG combine with its norm rescale, on two near-equal branches."""
+    from difforge.models.qwen_edit.loop import combine_cfg
+
+    cond = _rand(1, 16, 16)
+    return combine_cfg(cond.to(dtype), (cond + 0.3 * _rand(1, 16, 16, seed=1)).to(dtype), 4.0)
+
+
+def _euler_step(dtype: torch.dtype) -> torch.Tensor:
+    """diffusers' flow-matching Euler step (``sample.float() + dt * velocity``, the product in ``dtype``)."""
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    scheduler = FlowMatchEulerDiscreteScheduler()
+    scheduler.set_timesteps(4)
+    x, v = _rand(1, 16, 16).to(dtype), _rand(1, 16, 16, seed=1).to(dtype)
+    return scheduler.step(v, scheduler.timesteps[0], x, return_dict=False)[0]
+
+
+def _unpack(dtype: torch.dtype) -> torch.Tensor:
+    """diffusers' unpacking of Qwen-Image latents before the VAE (64x64 output, 2x2 patches of 4 channels)."""
+    from diffusers.pipelines.qwenimage.pipeline_qwenimage_edit import QwenImageEditPipeline
+
+    return QwenImageEditPipeline._unpack_latents(_rand(1, 16, 16).to(dtype), 64, 64, 8)
+
+
 #: One cheap call per fault that reaches its target the way the tiny models do.
 PROBES: dict[str, Probe] = {
     "linear_noise": lambda dt: F.linear(_rand(4, 8).to(dt), _rand(6, 8, seed=1).to(dt), _rand(6, seed=2).to(dt)),
@@ -87,6 +112,15 @@ PROBES: dict[str, Probe] = {
     "cat_swap": lambda dt: torch.cat([_rand(2, 3).to(dt), _rand(2, 3, seed=1).to(dt)], dim=0),
     "matmul_noise": lambda dt: torch.matmul(_rand(4, 8).to(dt), _rand(8, 5, seed=1).to(dt)),
     "rope_sin_sign": _sine_table,
+    # URSA's sampler block (its own tests: tests/validate/test_sampler_step.py)
+    "exp_base2": lambda dt: torch.exp(_rand(16).to(dt)),
+    "softmax_dim": lambda dt: F.softmax(_rand(4, 6).to(dt), dim=-1),
+    "matmul_half_k": lambda dt: torch.matmul(_rand(4, 8).to(dt), _rand(8, 5, seed=1).to(dt)),
+    "normalize_dim": lambda dt: F.normalize(_rand(4, 8).to(dt), dim=-1),
+    # the post-network block (its own tests: tests/validate/test_post_network.py)
+    "cfg_sub_swap": _cfg_combine,
+    "euler_step_scale": _euler_step,
+    "unpack_transpose": _unpack,
 }
 
 
@@ -157,9 +191,10 @@ def test_cli_usage_error_keeps_exit_code_2(tmp_path: Path, monkeypatch: pytest.M
 
 
 # ---- through the real CLI, in a subprocess (as scripts/fault_sweep.py runs it) -----------------------
-def _validate(fault: str, out: Path, report: Path) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "tests.validate.fault_cli", fault, "--", "validate", "--model", "tiny-ursa",
-           "--device", "cpu", "--dtype", "bfloat16", "--quick", "--height", "32", "--width", "32",
+def _validate(fault: str, out: Path, report: Path, model: str = "tiny-ursa", size: int = 32,
+              ) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "tests.validate.fault_cli", fault, "--", "validate", "--model", model,
+           "--device", "cpu", "--dtype", "bfloat16", "--quick", "--height", str(size), "--width", str(size),
            "--rounds", "1", "--warmup", "0", "--quiet", "--no-speed-table", "--out", str(out)]
     env = {**os.environ, "DIFFORGE_FAULT_REPORT": str(report), "PYTHONPATH": str(ROOT)}
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
@@ -180,3 +215,13 @@ def test_embedding_off_by_one_fails_validate(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "fault.json").read_text())["fired"] > 0
     data = json.loads((tmp_path / "r" / "report.json").read_text())
     assert data["verdict"] == "FAIL"
+
+
+def test_a_longer_euler_step_fails_qwen_validate_at_its_stage(tmp_path: Path) -> None:
+    """A bf16 Euler update 10 % too long (after the network: the velocity itself is clean) FAILs validate on
+    tiny-qwen-edit, and the step rung names the stage (issue 25's post-network rows)."""
+    proc = _validate("euler_step_scale", tmp_path / "r", tmp_path / "fault.json", "tiny-qwen-edit", 64)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert json.loads((tmp_path / "fault.json").read_text())["fired"] > 0
+    step = json.loads((tmp_path / "r" / "report.json").read_text())["rungs"]["step"]
+    assert step["verdict"] == "FAIL" and "after the network: latents_next" in step["summary"]

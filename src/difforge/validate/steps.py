@@ -290,6 +290,104 @@ def sampler_measurements(row: Row, point: dict[str, Any], dut: Any, ref: Any, fl
     point["sampler"] = info
 
 
+# ---- every other step output, and Qwen-Image-Edit's work after the network ----------------------------
+def _floor_measure(row: Row, name: str, dut: torch.Tensor, ref: torch.Tensor, floor: torch.Tensor | None,
+                   judged: bool = True) -> dict[str, Any]:
+    """One tensor judged by the floor rule (:func:`~.components.judge_floor`: rel-L2 over the floor's, the
+    floor raised to its absolute allowance :data:`~.thresholds.MIN_FLOOR_REL`, so a zero floor - the
+    device bit-equal to its emulation - gives a finite ratio), as measurements ``name ...`` of ``row``;
+    ``judged`` False: the same numbers, informative (no verdict)."""
+    m = tensor_compare(dut, ref)
+    fm = tensor_compare(floor, ref) if floor is not None else None
+    verdict, how = judge_floor(m["cosine"], m["rel_l2"], fm["rel_l2"] if fm is not None else None)
+    ratio = floor_ratio(m["rel_l2"], fm["rel_l2"]) if fm is not None else None
+    row.add(f"{name} cosine", m["cosine"])
+    rule = f"<= {RATIO_PASS:g} PASS, <= {RATIO_FAIL:g} WARN; cosine >= {ABS_COS_FAIL}"
+    if ratio is not None:
+        row.add(f"{name} rel_l2 / floor", ratio, rule if judged else "", verdict if judged else None,
+                "difforge-ratio")
+    else:  # no floor: the cosine gate alone (at best WARN)
+        row.add(f"{name} rel_l2", m["rel_l2"], f"cosine >= {ABS_COS_FAIL}; no floor" if judged else "",
+                verdict if judged else None, "difforge-ratio")
+    bad = m["nonfinite_dut"] - m["nonfinite_ref"]
+    if bad > 0 and judged:
+        row.add(f"{name} nonfinite_only_device", bad, "= 0", Verdict.FAIL, "msprobe-nan")
+    return {"cosine": m["cosine"], "rel_l2": m["rel_l2"], "floor_rel_l2": fm["rel_l2"] if fm else None,
+            "ratio": ratio, "verdict": str(verdict) if judged else None, "decision": how if judged else "informative"}
+
+
+def _floats(out: dict[str, Any]) -> list[str]:
+    return [k for k, v in out.items() if isinstance(v, torch.Tensor) and v.is_floating_point()]
+
+
+def output_measurements(row: Row, point: dict[str, Any], primary: str, dut_out: dict[str, torch.Tensor],
+                        ref_out: dict[str, torch.Tensor], flo_out: dict[str, torch.Tensor] | None,
+                        informative: tuple[str, ...] = ()) -> None:
+    """Every floating-point output of ``forward_step`` besides the primary one, by the floor rule; judged
+    unless the probe names it ``informative`` (its ``informative_outputs``); only keys every side returned
+    (a golden bundle keeps the primary output alone).  The results go to ``point["outputs"]``."""
+    keys = [k for k in _floats(ref_out) if k != primary and k in dut_out and (flo_out is None or k in flo_out)]
+    info = {k: _floor_measure(row, k, dut_out[k], ref_out[k], flo_out[k] if flo_out is not None else None,
+                              judged=k not in informative)
+            for k in keys if dut_out[k].shape == ref_out[k].shape}
+    if info:
+        point["outputs"] = info
+
+
+def post_network_stage(row: Row) -> str | None:
+    """The first post-network stage (``post <stage>``) that gives ``row`` its verdict, if one does."""
+    for m in row.measurements:
+        if m.name.startswith("post ") and m.verdict is row.verdict and m.verdict is not Verdict.PASS:
+            return m.name.split()[1]  # "post <stage> <measurement>": stages are one word
+    return None
+
+
+def _post_network_sides(dut: Any, ref: Any, floor: Any | None) -> bool:
+    """Every side can run its post-network step alone (a golden bundle's reference cannot: it stores none)."""
+    return all(hasattr(p, "post_network_step") for p in (dut, ref) + ((floor,) if floor is not None else ()))
+
+
+def post_network_outputs(dut: Any, ref: Any, floor: Any | None, cfg: RunConfig, i: int,
+                         inputs: dict[str, torch.Tensor], teacher: dict[str, torch.Tensor],
+                         ) -> tuple[dict, dict, dict | None]:
+    """Each side's work after the network at step ``i`` (the probe's ``post_network_step``: Qwen's true-CFG
+    combine and norm rescale, the scheduler's Euler step, the latents as the VAE receives them), every side
+    fed the reference's ``teacher`` outputs, rounded first to the device's dtype on every side (``hold``: the
+    same input values bit for bit, as the device holds them): the device natively in its dtype, the reference
+    natively (float32), the floor in the device's dtype on float32 kernels when it is emulated (a float32
+    pipeline standing for a low-precision device), else natively (a second real device)."""
+    low = (torch.bfloat16, torch.float16)
+    hold = dut.dtype if dut.dtype in low else None
+    r = ref.post_network_step(cfg, i, inputs, teacher, hold=hold)
+    d = dut.post_network_step(cfg, i, inputs, teacher, hold=hold)
+    if floor is None:
+        return d, r, None
+    if floor is ref:
+        return d, r, r
+    if floor is dut:
+        return d, r, d
+    emulated_floor = floor.dtype not in low and dut.dtype in low
+    return d, r, floor.post_network_step(cfg, i, inputs, teacher, emulate=dut.dtype if emulated_floor else None,
+                                         hold=hold)
+
+
+def post_network_measurements(row: Row, point: dict[str, Any], dut: Any, ref: Any, floor: Any | None,
+                              cfg: RunConfig, i: int, inputs: dict[str, torch.Tensor],
+                              teacher: dict[str, torch.Tensor]) -> None:
+    """Judge every stage after the network output at step ``i``, teacher-forced on the reference's outputs
+    (see :func:`post_network_outputs`), each by the floor rule, as measurements ``post <stage> ...`` of the
+    step's ``row``: a fault in the CFG rescale, the scheduler update or the unpacking shows here even when
+    the network's outputs are clean.  Nothing for a family without ``post_network_step`` (URSA's sampler
+    is judged by :func:`sampler_measurements`)."""
+    if not _post_network_sides(dut, ref, floor):
+        return
+    d, r, f = post_network_outputs(dut, ref, floor, cfg, i, inputs, teacher)
+    info = {k: _floor_measure(row, f"post {k}", d[k], r[k], f[k] if f is not None else None)
+            for k in _floats(r) if k in d and (f is None or k in f) and d[k].shape == r[k].shape}
+    if info:
+        point["post_network"] = info
+
+
 def step_rows(dut: Any, ref: Any, cfg: RunConfig, trace: StepTrace, label: str = "", floor: Any | None = None,
               ) -> tuple[list[Row], list[dict]]:
     """Replay every recorded step on the pipelines; one row (and one JSON dict) per step."""
@@ -338,6 +436,8 @@ def step_rows(dut: Any, ref: Any, cfg: RunConfig, trace: StepTrace, label: str =
             point["sampled_agreement"] = sampled
         if key == "logits":
             sampler_measurements(row, point, dut, ref, floor, cfg, i, inputs, ref_out[key])
+        output_measurements(row, point, key, dut_out, ref_out, flo_out, tuple(getattr(dut, "informative_outputs", ())))
+        post_network_measurements(row, point, dut, ref, floor, cfg, i, inputs, ref_out)
         recorded = trace.outputs[i].get(key)
         if isinstance(recorded, torch.Tensor) and recorded.shape == ref_out[key].shape:
             # Harness self-check: the reference's replay must reproduce its own run.
@@ -394,8 +494,11 @@ def step_rung(dut: Any, ref: Any, runs: list[tuple[RunConfig, StepTrace]], floor
         cfg, i, inputs, _ = target
         loc = locate(cfg, i, inputs, informative=False)
         where = loc["first_divergent"] or "after the last block (final norm / head)"
-        first_bad = next(r.subject for r in rows if r.verdict is result.verdict)
-        result.summary = f"first {result.verdict} at {first_bad}; first divergent block: {where}"
+        bad_row = next(r for r in rows if r.verdict is result.verdict)
+        result.summary = f"first {result.verdict} at {bad_row.subject}; first divergent block: {where}"
+        stage = post_network_stage(bad_row)
+        if stage:
+            result.summary += f"; after the network: {stage}"
     else:
         result.summary = _summary(rows)
         if worst is not None:

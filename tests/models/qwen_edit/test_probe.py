@@ -23,8 +23,12 @@ def test_the_probe_answers_the_protocol(edit_folder: Path, plus_folder: Path) ->
     assert QwenEditProbe.takes_images and QwenEditProbe.negative_prompt is None
     assert len(QwenEditProbe.default_prompts) == 3 and all(isinstance(p, str) and p for p in QwenEditProbe.default_prompts)
     assert hooks.dtype == torch.float32 and hooks.size_multiple == 16
-    members = {n for n in dir(Probe) if not n.startswith("_")} | set(Probe.__annotations__)
+    # the protocol's optional hooks for a discrete sampler are asked for with hasattr: a family whose step
+    # is a velocity has none (its work after the network is post_network_step, judged the same way)
+    optional = {"sampler_step", "portable_stream"}
+    members = ({n for n in dir(Probe) if not n.startswith("_")} | set(Probe.__annotations__)) - optional
     assert all(hasattr(hooks, n) for n in members), sorted(n for n in members if not hasattr(hooks, n))
+    assert not any(hasattr(hooks, n) for n in optional) and callable(hooks.post_network_step)
     assert not hasattr(qe, "forward_step") and not hasattr(qe, "component_inputs")  # the pipeline only edits
 
 
@@ -150,3 +154,25 @@ def test_operator_cases_capture_block_zero(which: str, edit_folder: Path, plus_f
         assert torch.allclose(case.dut, case.ref, atol=1e-5, rtol=1e-4)
         assert torch.equal(case.floor, case.ref)  # the floor is the reference at the device's dtype
     assert cases[1].impl == chosen["attention"].choice and cases[0].impl == "diffusers RMSNorm"
+
+
+def test_forward_step_gives_the_cfg_branches_its_velocity_combines(edit_folder: Path) -> None:
+    """Under true CFG the two branches come out too (the post-network rows are teacher-forced with them);
+    combined by the run's own rule they are the velocity, bit for bit.  Without CFG there are none."""
+    from difforge.models.qwen_edit.loop import combine_cfg
+
+    cfg = make_cfg(edit_folder, steps=2, true_cfg=4.0)
+    qe, record = load(edit_folder, cfg)
+    seen: list[tuple[int, dict, dict]] = []
+    qe(cfg, record, [card()], step_hook=lambda i, inp, out: seen.append((i, inp, out)))
+    out = probe(qe).forward_step(cfg, 1, seen[1][1])
+    assert set(out) == {"noise_pred", "cond_pred", "uncond_pred"}
+    assert torch.equal(out["noise_pred"], seen[1][2]["noise_pred"])
+    assert torch.equal(combine_cfg(out["cond_pred"], out["uncond_pred"], 4.0), out["noise_pred"])
+    post = probe(qe).post_network_step(cfg, 1, seen[1][1], out)
+    assert torch.equal(post["latents_next"], seen[1][2]["latents"])  # the run's own Euler step
+    plain = make_cfg(edit_folder, steps=2, true_cfg=1.0)
+    qe2, record2 = load(edit_folder, plain)
+    seen2: list[tuple[int, dict, dict]] = []
+    qe2(plain, record2, [card()], step_hook=lambda i, inp, out: seen2.append((i, inp, out)))
+    assert set(probe(qe2).forward_step(plain, 0, seen2[0][1])) == {"noise_pred"}

@@ -237,6 +237,11 @@ class Denoiser:
             p._batch = build_cfg_batch(p, uses_difforge_processor(self.transformer))
         return p._batch
 
+    def combine(self, cond: Tensor, uncond: Tensor, true_cfg: float) -> Tensor:
+        """The true-CFG combine of the two branches (:func:`combine_cfg`); a method so validation can see the
+        branches the network gave (the probe wraps it on its own denoiser), the run never keeps them."""
+        return combine_cfg(cond, uncond, true_cfg)
+
     def forwards_per_step(self, p: Prepared) -> int:
         return 1 if (not p.do_cfg or self.batched_cfg or self.split is not None) else 2
 
@@ -261,7 +266,7 @@ class Denoiser:
                 out = self._call(model_input, timestep, batch.embeds, batch.mask, batch.img_shapes,
                                  batch.attention_kwargs)
             cond, uncond = out[:1, :n], out[1:, :n]
-            return combine_cfg(cond, uncond, true_cfg)
+            return self.combine(cond, uncond, true_cfg)
         model_input = torch.cat([latents, p.image_latents], dim=1)
         timestep = t.expand(latents.shape[0]).to(latents.dtype) / 1000
         if p.do_cfg and self.split is not None:  # this rank's branch, then both branches on both ranks
@@ -270,14 +275,14 @@ class Denoiser:
             with transformer.cache_context(branch):
                 mine = self._call(model_input, timestep, embeds, mask, p.img_shapes, {})[:, :n]
             cond, uncond = self.split.all_gather(mine)
-            return combine_cfg(cond, uncond, true_cfg)
+            return self.combine(cond, uncond, true_cfg)
         with transformer.cache_context("cond"):
             cond = self._call(model_input, timestep, p.prompt_embeds, p.prompt_mask, p.img_shapes, {})[:, :n]
         if not p.do_cfg:
             return cond
         with transformer.cache_context("uncond"):
             uncond = self._call(model_input, timestep, p.negative_embeds, p.negative_mask, p.img_shapes, {})[:, :n]
-        return combine_cfg(cond, uncond, true_cfg)
+        return self.combine(cond, uncond, true_cfg)
 
 
 def schedule(scheduler: Any, image_seq_len: int, steps: int, device: torch.device) -> Tensor:

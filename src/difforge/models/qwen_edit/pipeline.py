@@ -367,14 +367,21 @@ class QwenEditPipeline:
             self.pipe.transformer.to(self.device)
             self._released = False
 
-    def decode(self, latents: Tensor, height: int, width: int) -> list[PIL.Image.Image]:
-        """Packed latents -> PIL images (unpack, undo the latent normalisation, VAE decode)."""
+    def vae_input(self, latents: Tensor, height: int, width: int, dtype: torch.dtype | None = None) -> Tensor:
+        """Packed latents -> what the VAE decodes: unpacked to ``[B, z, 1, H/8, W/8]``, the latent
+        normalisation undone, in ``dtype`` (the VAE's by default).  Its own method so validation compares
+        the step between the denoiser and the VAE (the probe's ``post_network_step``) on this very code."""
         pipe, vae = self.pipe, self.pipe.vae
         z = vae.config.z_dim
-        latents = pipe._unpack_latents(latents, height, width, pipe.vae_scale_factor).to(vae.dtype)
+        latents = pipe._unpack_latents(latents, height, width, pipe.vae_scale_factor).to(dtype or vae.dtype)
         mean = torch.tensor(vae.config.latents_mean).view(1, z, 1, 1, 1).to(latents.device, latents.dtype)
         inv_std = 1.0 / torch.tensor(vae.config.latents_std).view(1, z, 1, 1, 1).to(latents.device, latents.dtype)
-        latents = latents / inv_std + mean
+        return latents / inv_std + mean
+
+    def decode(self, latents: Tensor, height: int, width: int) -> list[PIL.Image.Image]:
+        """Packed latents -> PIL images (:meth:`vae_input`, then the VAE decode)."""
+        pipe, vae = self.pipe, self.pipe.vae
+        latents = self.vae_input(latents, height, width)
         image = vae.decode(latents, return_dict=False)[0][:, :, 0]
         return pipe.image_processor.postprocess(image, output_type="pil")
 

@@ -26,9 +26,9 @@ from torch import Tensor, nn
 from ...config import RunConfig
 from ...errors import DifforgeError
 from ...runtime.images import test_picture
-from ..probing import OpCase, detach, emulated, moved, shapes, upcast
+from ..probing import LowPrecisionOnFloat32, OpCase, detach, emulated, moved, rounded, shapes, upcast
 from .attention import QwenJointAttnProcessor
-from .loop import EXACT_OPTIMISATIONS, FAST_OPTIMISATIONS
+from .loop import EXACT_OPTIMISATIONS, FAST_OPTIMISATIONS, Denoiser, schedule
 from .overrides import reference_attention, reference_rms_norm
 from .pipeline import DEFAULT_STEPS, DROPPED_PROMPT_TOKENS, QwenEditPipeline
 from .references import fit_area
@@ -83,6 +83,13 @@ class QwenEditProbe:
     exact_optimisations: ClassVar[tuple[str, ...]] = EXACT_OPTIMISATIONS
     approximate_optimisations: ClassVar[tuple[str, ...]] = FAST_OPTIMISATIONS
 
+    #: forward_step outputs the step rung shows but does not judge: the true-CFG branches are the network's
+    #: output before the combine, there for :meth:`post_network_step` to be teacher-forced with; a clean bf16
+    #: tiny-qwen-edit branch sat at 2.65x the floor's rel-L2 where the velocity made of them (``noise_pred``,
+    #: judged) sat under 1.6x - the floor rounds each module's output once, the device's branch rounds
+    #: within - so the velocity is what the network is held to, as before.
+    informative_outputs: ClassVar[tuple[str, ...]] = ("cond_pred", "uncond_pred")
+
     def __init__(self, pipeline: QwenEditPipeline) -> None:
         self.pipeline = pipeline
 
@@ -99,7 +106,7 @@ class QwenEditProbe:
     def size_multiple(self) -> int:
         return self.pipeline.size_multiple
 
-    # ---- teacher forcing --------------------------------------------------------------------------
+    # ---- teacher forcing ----------------------------------------------------------------------------
     @torch.inference_mode()
     def forward_step(self, cfg: RunConfig, i: int, inputs: dict[str, Tensor]) -> dict[str, Tensor]:
         """Recompute step ``i``'s velocity from recorded ``{"latents", "timestep"}`` (teacher forcing).
@@ -107,7 +114,9 @@ class QwenEditProbe:
         The pipeline is first brought to ``cfg``'s options and its prepared state for ``cfg`` (the last
         run's, else prepared from ``cfg.images``), then the same :class:`~.loop.Denoiser` the run's loop
         uses makes the velocity - so for a step's own inputs the result equals what the run's
-        ``step_hook`` saw.  CPU float32 out.
+        ``step_hook`` saw.  ``noise_pred`` is that velocity (after the true-CFG combine and its norm
+        rescale); under true CFG ``cond_pred`` and ``uncond_pred`` are the two branches the network gave
+        before the combine (what :meth:`post_network_step` is teacher-forced with).  CPU float32 out.
         """
         qe = self.pipeline
         qe.configure(cfg)
@@ -115,8 +124,99 @@ class QwenEditProbe:
         qe.restore_weights()
         latents = inputs["latents"].to(qe.device, p.noise.dtype)
         t = inputs["timestep"].to(qe.device, torch.float32).reshape(())
-        velocity = qe.denoiser(cfg).velocity(p, latents, t, cfg.true_cfg)
-        return {"noise_pred": upcast(velocity).clone()}
+        denoiser = qe.denoiser(cfg)
+        branches: list[Tensor] = []
+        combine = denoiser.combine
+
+        def seen(cond: Tensor, uncond: Tensor, true_cfg: float) -> Tensor:
+            branches[:] = [cond, uncond]
+            return combine(cond, uncond, true_cfg)
+
+        denoiser.combine = seen  # type: ignore[method-assign]  # this one denoiser only, the run's is untouched
+        velocity = denoiser.velocity(p, latents, t, cfg.true_cfg)
+        out = {"noise_pred": upcast(velocity).clone()}
+        if branches:
+            out["cond_pred"], out["uncond_pred"] = (upcast(b).clone() for b in branches)
+        return out
+
+    @torch.inference_mode()
+    def post_network_step(self, cfg: RunConfig, i: int, inputs: dict[str, Tensor], teacher: dict[str, Tensor],
+                          emulate: torch.dtype | None = None, hold: torch.dtype | None = None,
+                          ) -> dict[str, Tensor]:
+        """Step ``i``'s work after the network, each stage fed the SAME tensors on every side (teacher forcing).
+
+        ``teacher`` is what the reference's :meth:`forward_step` returned at these ``inputs``; from it:
+
+        * ``guided``: the true-CFG combine and its norm rescale (:meth:`~.loop.Denoiser.combine`) of
+          ``teacher["cond_pred"]`` / ``["uncond_pred"]`` (only under true CFG);
+        * ``latents_next``: the scheduler's Euler step from ``inputs["latents"]`` at ``inputs["timestep"]``
+          with the velocity ``teacher["noise_pred"]`` (a copy of the run's scheduler, set to step ``i``);
+        * ``vae_input``: ``inputs["latents"]`` as the VAE would receive them
+          (:meth:`~.pipeline.QwenEditPipeline.vae_input`: unpacked, de-normalised; the same code the
+          run's last latents go through).
+
+        ``emulate`` None: on the pipeline's device, the teacher tensors held in the run's dtype as a run
+        holds them - the device's own kernels.  ``emulate`` a dtype: on the host from float32 kernels,
+        the teacher tensors rounded to that dtype and every all-``emulate`` computation rounded where its
+        kernel would round (:class:`~difforge.models.probing.LowPrecisionOnFloat32`): the emulated floor,
+        which shares no low-precision kernel with the device.  The Euler update mixes a float32 step size
+        into a low-precision product, which the emulation would hand to the low-precision kernel, so
+        there the floor rounds the step's inputs and output and computes in float32.
+
+        ``hold`` (the device's dtype): the teacher tensors and latents are first rounded to it on every
+        side, the reference too, so all sides start each stage from the same values bit for bit - what a
+        device holds between stages - and the floor measures only what computing the stage costs.
+        Without it the rounding of the inputs, amplified by true CFG's difference of two near-equal
+        branches, dominates the floor: a reversed CFG direction sat at 2.4x the floor's error on the tiny
+        model instead of over 3x.  CPU float32 out.
+        """
+        qe = self.pipeline
+        p = qe.prepared_for(cfg)
+        if hold is not None:
+            teacher = {k: rounded(v, hold) for k, v in teacher.items()}
+            inputs = {**inputs, "latents": rounded(inputs["latents"], hold)}
+        if emulate is None:
+            device, dtype, vae_dtype = qe.device, p.noise.dtype, qe.pipe.vae.dtype
+        else:
+            device, dtype, vae_dtype = torch.device("cpu"), emulate, emulate
+        low = dtype in (torch.bfloat16, torch.float16) and emulate is not None
+        mode = LowPrecisionOnFloat32(dtype) if low else contextlib.nullcontext()
+        out: dict[str, Tensor] = {}
+        if "cond_pred" in teacher and "uncond_pred" in teacher:
+            cond, uncond = (moved(teacher[k], device, dtype) for k in ("cond_pred", "uncond_pred"))
+            with mode:
+                # the run's combine (Denoiser.combine); a bare denoiser: qe.denoiser would join a --parallel group
+                out["guided"] = upcast(Denoiser(qe.pipe.transformer).combine(cond, uncond, cfg.true_cfg))
+        if "noise_pred" in teacher:
+            out["latents_next"] = self._euler(cfg, p, i, inputs, teacher["noise_pred"], device, dtype, low)
+        held = rounded(inputs["latents"], dtype).to(dtype) if low else moved(inputs["latents"], device, dtype)
+        with mode:
+            out["vae_input"] = upcast(qe.vae_input(held, p.height, p.width, vae_dtype))
+        return out
+
+    def _euler(self, cfg: RunConfig, p: Any, i: int, inputs: dict[str, Tensor], velocity: Tensor,
+               device: torch.device, dtype: torch.dtype, low: bool) -> Tensor:
+        """The scheduler's step ``i`` from ``inputs["latents"]`` with ``velocity`` (see :meth:`post_network_step`)."""
+        t = inputs["timestep"].to(device, torch.float32).reshape(())
+        if low:  # held in the device's dtype, stepped in float32, stored in the device's dtype
+            x = rounded(inputs["latents"], dtype)
+            v = rounded(velocity, dtype)
+            nxt = self._scheduler_at(cfg, p, i, device).step(v, t, x, return_dict=False)[0]
+            nxt = nxt.to(dtype)
+        else:
+            x = moved(inputs["latents"], device, dtype)
+            v = moved(velocity, device, dtype)
+            nxt = self._scheduler_at(cfg, p, i, device).step(v, t, x, return_dict=False)[0]
+        return upcast(nxt)
+
+    def _scheduler_at(self, cfg: RunConfig, p: Any, i: int, device: torch.device) -> Any:
+        """A copy of the run's scheduler with this run's timesteps, about to take step ``i`` (the run's own
+        scheduler keeps its state)."""
+        qe = self.pipeline
+        sched = copy.deepcopy(qe.pipe.scheduler)
+        schedule(sched, p.noise.shape[1], qe._steps(cfg), device)
+        sched.set_begin_index(i)
+        return sched
 
     def modules(self) -> dict[str, nn.Module]:
         pipe = self.pipeline.pipe
