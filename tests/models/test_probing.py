@@ -57,3 +57,22 @@ def test_mixed_and_in_place_calls() -> None:
         dtype = y.dtype
     assert mixed.dtype == torch.float32 and dtype == torch.bfloat16
     assert torch.equal(y, x + 1)
+
+
+def test_two_low_precision_dtypes_out_and_an_asked_dtype() -> None:
+    """URSA's sampler mixes its run dtype with a float16 codebook: both are emulated on float32 kernels, a
+    result written through ``out=`` lands in the caller's tensor at its dtype, and ``softmax(x, dtype=float32)``
+    stays float32 as asked."""
+    a, b = torch.randn(3, 5).half(), torch.randn(3, 5).half()
+    out = torch.empty(3, 5, dtype=torch.bfloat16)
+    with LowPrecisionOnFloat32(torch.bfloat16, torch.float16):
+        got = torch.add(a, b, out=out)
+        probs = out.softmax(-1, dtype=torch.float32)
+        mixed = out.clone().sub_(a)  # bf16 - fp16 promotes to float32, stored in bf16
+        half = a * b
+    assert got is out and out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), (a.float() + b.float()).half().bfloat16().float(), rtol=0, atol=0)
+    assert probs.dtype == torch.float32
+    torch.testing.assert_close(probs, out.float().softmax(-1), rtol=1e-6, atol=1e-7)
+    assert mixed.dtype == torch.bfloat16 and half.dtype == torch.float16
+    torch.testing.assert_close(mixed.float(), (out.float() - a.float()).bfloat16().float(), rtol=0, atol=0)

@@ -1,79 +1,127 @@
-"""The trajectory rung's final-token rule (issue 25): judged on a shared stream against the floor.
+"""The trajectory rung's token rule (issue 25): a discrete model's path judged step by step.
 
-A clean bf16 tiny-ursa image sits at PSNR ~14 dB from float32, so the image rule cannot tell a diverged
-sample; on the shared Philox stream the device's tokens may differ from the reference's at most 2x (PASS)
-/ 3x (WARN) as often as the floor's do, plus a near-boundary allowance.  These tests build the runs by
-hand (identical images, so only the token rule decides).
+On a shared stream the reference and the floor replay every step of the device's own run on the device's
+recorded tokens; the device's recorded outputs may differ from the reference's step at most 2x (PASS) /
+3x (WARN) as often as the floor's do, plus a near-boundary allowance.  Free-running final tokens are only
+reported (one early flip changes every later step).  These tests drive the rule with hand-made traces and
+probes (identical images, so only the tokens decide); the real models are in test_sampler_step.py.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 import torch
 from PIL import Image
 
+from difforge.config import RunConfig
 from difforge.validate.steps import StepTrace
-from difforge.validate.trajectory import TrajectoryRun, shared_stream, trajectory_rung
-from difforge.validate.verdict import Verdict
+from difforge.validate.trajectory import StepReplay, TrajectoryRun, shared_stream, trajectory_rung
+from difforge.validate.verdict import Row, RungResult, Verdict
 
-N = 256
+N, STEPS = 64, 4
 IMAGE = Image.new("RGB", (16, 16), (90, 140, 30))
+CFG = RunConfig(model="x", seed=0)
+START = (torch.arange(N).view(1, N) * 7) % 97
 
 
-def _run(tokens: torch.Tensor) -> TrajectoryRun:
-    trace = StepTrace()
-    trace.hook(0, {"tokens": tokens}, {"tokens": tokens})
-    return TrajectoryRun([IMAGE], trace)
+def step(x: torch.Tensor, i: int) -> torch.Tensor:
+    """The reference's step: a fixed function of the state and the step."""
+    return (x * 3 + i + 1) % 97
 
 
-def _flip(tokens: torch.Tensor, k: int) -> torch.Tensor:
-    out = tokens.clone()
-    out[0, :k] += 1
+def flipped(x: torch.Tensor, k: int) -> torch.Tensor:
+    out = x.clone()
+    out[0, :k] = (out[0, :k] + 50) % 97
     return out
 
 
-REF = torch.arange(N).view(1, N) % 97
+class Side:
+    """A probe whose step is the reference's with ``k`` tokens flipped; counts its replays."""
+
+    def __init__(self, k: int = 0) -> None:
+        self.k = k
+        self.calls = 0
+
+    def forward_step(self, cfg: RunConfig, i: int, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        self.calls += 1
+        return {"tokens": flipped(step(inputs["tokens"], i), self.k)}
 
 
-def _tokens_row(result: object) -> object:
-    return next(r for r in result.rows if r.subject.endswith("final tokens"))  # type: ignore[attr-defined]
+def run_of(side: Side) -> TrajectoryRun:
+    """A free run: every step of ``side`` from START, recorded as the pipelines' step hook records it."""
+    trace, x = StepTrace(), START
+    for i in range(STEPS):
+        y = side.forward_step(CFG, i, {"tokens": x})["tokens"]
+        trace.hook(i, {"tokens": x}, {"tokens": y})
+        x = y
+    side.calls = 0
+    return TrajectoryRun([IMAGE], trace)
 
 
-@pytest.mark.parametrize(("dut_flips", "floor_flips", "verdict"), [
+def judge(dut_k: int, floor_k: int | None, shared: bool = True) -> tuple[RungResult, Side, Side | None]:
+    ref, floor = Side(0), Side(floor_k) if floor_k is not None else None
+    runs = [(0, run_of(Side(dut_k)), run_of(ref), run_of(floor) if floor is not None else None)]
+    result = trajectory_rung(runs, "test floor", shared, StepReplay(ref, floor, {0: CFG}))
+    return result, ref, floor
+
+
+def row_named(result: RungResult, end: str) -> Row:
+    return next(r for r in result.rows if r.subject.endswith(end))
+
+
+@pytest.mark.parametrize(("dut_k", "floor_k", "verdict"), [
     (0, 0, Verdict.PASS),
-    (20, 16, Verdict.PASS),  # a clean port: about as many differ as on the floor
-    (5, 0, Verdict.PASS),  # within the allowance on a floor that matched exactly
-    (60, 16, Verdict.WARN),  # 60/256 over (16/256 + 0.02): 2.84x
-    (200, 16, Verdict.FAIL),  # a diverged sample
+    (1, 1, Verdict.PASS),  # a clean port: as many near-boundary flips as the floor
+    (1, 0, Verdict.PASS),  # 4 of 256 token-steps on a zero floor: 4 / 3 = 1.33x (allowance: 3 tokens)
+    (4, 1, Verdict.WARN),  # 16 over (4 + 3): 2.29x
+    (12, 1, Verdict.FAIL),  # a broken step: far more flips than the floor on the same states (48 / 7 = 6.9x)
 ])
-def test_final_tokens_are_judged_against_the_floor(dut_flips: int, floor_flips: int, verdict: Verdict) -> None:
-    result = trajectory_rung([(0, _run(_flip(REF, dut_flips)), _run(REF), _run(_flip(REF, floor_flips)))],
-                             "test floor", shared=True)
-    row = _tokens_row(result)
-    assert row.verdict is verdict  # type: ignore[attr-defined]
-    assert result.verdict is verdict
-    assert "final tokens" in result.summary
+def test_the_path_is_judged_step_by_step(dut_k: int, floor_k: int, verdict: Verdict) -> None:
+    result, _, _ = judge(dut_k, floor_k)
+    row = row_named(result, "tokens step by step")
+    n = STEPS * N
+    dis, f_dis = dut_k * STEPS / n, floor_k * STEPS / n
+    assert row.get("one-step disagreement") == pytest.approx(dis)
+    assert row.get("floor one-step disagreement") == pytest.approx(f_dis)
+    assert row.get("tokens / (floor + allowance)") == pytest.approx(dis / (f_dis + 3 / n))
+    assert row.verdict is verdict and result.verdict is verdict
+
+
+def test_a_state_the_reference_visited_is_not_recomputed() -> None:
+    """The device that never left the reference's path costs no replay (its states are the reference run's)."""
+    result, ref, floor = judge(0, 0)
+    assert ref.calls == 0 and floor is not None and floor.calls == 0
+    result, ref, _ = judge(3, 0)  # off the path after step 0: steps 1.. are replayed
+    assert ref.calls == STEPS - 1
+
+
+def test_final_tokens_are_reported_not_judged() -> None:
+    result, _, _ = judge(12, 1)
+    final = row_named(result, "final tokens")
+    assert all(m.verdict is None for m in final.measurements) and "informative" in final.note
 
 
 def test_on_the_reference_stream_tokens_are_only_reported() -> None:
     """The reference's CPU stream falls out of step between the sides: the tokens prove nothing there."""
-    result = trajectory_rung([(0, _run(_flip(REF, 200)), _run(REF), _run(REF))], "test floor", shared=False)
-    row = _tokens_row(result)
-    assert row.verdict is Verdict.PASS and "not judged" in row.note  # type: ignore[attr-defined]
-    assert all(m.verdict is None for m in row.measurements)  # type: ignore[attr-defined]
+    result, ref, _ = judge(40, 0, shared=False)
+    assert not [r for r in result.rows if r.subject.endswith("tokens step by step")]
+    assert "not judged" in row_named(result, "final tokens").note and ref.calls == 0
+    assert result.verdict is Verdict.PASS  # the image rule alone (identical images)
 
 
 def test_no_floor_leaves_the_tokens_unjudged() -> None:
-    result = trajectory_rung([(0, _run(_flip(REF, 200)), _run(REF), None)], "none", shared=True)
-    row = _tokens_row(result)
-    assert "no noise floor" in row.note  # type: ignore[attr-defined]
+    result, _, _ = judge(40, None)
+    row = row_named(result, "tokens step by step")
+    assert "no noise floor" in row.note and all(m.verdict is None for m in row.measurements)
     assert result.verdict is Verdict.WARN  # the image without a floor: at best WARN, as before
 
 
 def test_shared_stream_asks_the_probe() -> None:
     class Portable:
-        def portable_stream(self, cfg: object) -> bool:
+        def portable_stream(self, cfg: Any) -> bool:
             return True
 
-    assert shared_stream(Portable(), object()) is True  # type: ignore[arg-type]
-    assert shared_stream(object(), object()) is False  # type: ignore[arg-type]
+    assert shared_stream(Portable(), CFG) is True
+    assert shared_stream(object(), CFG) is False

@@ -44,7 +44,7 @@ from .semantic import QUICK_N as QUICK_SEMANTIC
 from .semantic import Scored, semantic_rung
 from .smoke import smoke_rung
 from .steps import StepTrace, step_rung
-from .trajectory import TrajectoryRun, shared_stream, trajectory_rung
+from .trajectory import StepReplay, TrajectoryRun, shared_stream, trajectory_rung
 from .verdict import RungResult, Verdict, overall
 
 #: Writes report.md/.html/.json for a result into a folder; returns {kind: path}.  Passed in by the
@@ -619,7 +619,9 @@ class _Climb:
         else:
             label = lad.floor_label
             shared = shared_stream(dut, self.cfg0)  # discrete tokens are judged only on a shared stream
-            rungs["trajectory"] = _guard("trajectory", lambda: trajectory_rung(runs.traj, label, shared))
+            live = self.golden is None and self.captured is None and ref is not None  # can replay any state
+            replay = StepReplay(ref, floor, {cfg.seed: cfg for cfg, _ in runs.step_runs}) if live else None
+            rungs["trajectory"] = _guard("trajectory", lambda: trajectory_rung(runs.traj, label, shared, replay))
         prog.done(rungs["trajectory"], t0)
 
     def semantic(self) -> None:

@@ -75,9 +75,9 @@ SOURCES: dict[str, tuple[str, str]] = {
     "difforge-tokens": (
         "difforge (derived)",
         "discrete tokens drawn from the same Philox words on every side: the device's share of tokens that differ "
-        "from the reference over (the floor's share + an allowance of max(TOKEN_ALLOWANCE_SHARE, one token)) "
-        "<= 2 PASS, <= 3 WARN (the floor rule); the allowance covers draws that land within rounding of a "
-        "cumulative-sum boundary, which a floor sharing none of the device's kernels need not hit",
+        "from the reference over (the floor's share + an allowance of max(0.5 %, 3 tokens)) <= 2 PASS, <= 3 WARN "
+        "(the floor rule); the allowance covers draws that land within rounding of a cumulative-sum boundary, which "
+        "a floor sharing none of the device's kernels need not hit, and the count noise of a few such events",
     ),
     "msprobe-benchmark": (
         "msprobe benchmark standard",
@@ -197,15 +197,21 @@ FLOOR_MIN_RMSE_LEVELS = 1.0
 NO_FLOOR_COS_DIST = 5e-2
 
 # ---- discrete tokens (URSA's sampler step and final tokens) ------------------------------------------
-#: Share of tokens a clean port may draw differently from the floor without being judged: a uniform that
-#: falls within float rounding of a cumulative-sum boundary (or of the jump threshold) picks the
-#: neighbouring code on one side only.  One token is the least that can differ, so it is the floor of it.
-TOKEN_ALLOWANCE_SHARE = 0.02
+#: Tokens a clean port may draw differently from the floor without being judged: a uniform that falls
+#: within float rounding of a cumulative-sum boundary (or of the jump threshold) picks the neighbouring code
+#: on one side only.  Such flips are rare independent events, so their count is Poisson: on tiny-ursa's
+#: 64 token-steps (4 steps x 16 tokens) a clean bf16 device flipped 4-5 where the floor flipped 1-5
+#: (seeds 0-4), its transformer error being ~1.5x the floor's.  Three tokens keep 2x from judging counts
+#: that small (a floor of 1 with a clean device's 5 is 5 / (1 + 3) = 1.25x); on a large grid the share
+#: (0.5 %: 5 tokens of a 512x512 URSA step's 1024) takes over.  difforge's choice, not a public number.
+TOKEN_ALLOWANCE_SHARE = 0.005
+TOKEN_ALLOWANCE_COUNT = 3
 
 
 def token_allowance(n: int) -> float:
-    """The near-boundary allowance for ``n`` compared tokens: TOKEN_ALLOWANCE_SHARE, at least one token."""
-    return max(TOKEN_ALLOWANCE_SHARE, 1.0 / max(1, int(n)))
+    """The near-boundary allowance for ``n`` compared tokens, as a share: TOKEN_ALLOWANCE_SHARE, at least
+    TOKEN_ALLOWANCE_COUNT tokens."""
+    return max(TOKEN_ALLOWANCE_SHARE, TOKEN_ALLOWANCE_COUNT / max(1, int(n)))
 
 
 # ---- smoke ------------------------------------------------------------------------------------------

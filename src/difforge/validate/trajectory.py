@@ -8,14 +8,20 @@ NPU-vs-GPU comparisons).  When no floor exists nothing can be proven about preci
 then held to diffusers' absolute fp16-vs-fp32 bound (cosine distance < 0.05), which fails a broken
 image but passes a good one only as a WARN, never a PASS.
 
-A discrete model's final tokens (URSA) are judged too when every side drew from a stream that gives
-the same numbers on every device (URSA's Philox stream, the default on accelerators, ``--fast
-philox-rng`` elsewhere): the device's share of tokens that differ from the reference may be at most
-2x (PASS) / 3x (WARN) the floor's plus a near-boundary allowance.  A clean bf16 image of tiny-ursa
-already sits at PSNR 14 dB from float32, so the pixels alone cannot tell a diverged sample from a
-clean one; on a shared stream a clean sample's tokens stay where the floor's do.  On the reference's
-CPU stream the draw count depends on how many tokens jump, so the sides' streams fall out of step and
-the agreement is only reported.
+A discrete model's trajectory (URSA's tokens) is judged step by step along the path the device took,
+when every side draws from a stream that gives the same numbers on every device (URSA's Philox stream,
+the default on accelerators, ``--fast philox-rng`` elsewhere): at each step the reference - and the floor
+- run that step on the device's own recorded tokens with the same draws, and the device's recorded
+output must agree with the reference's as well as the floor's does (the share of differing tokens over
+all steps at most 2x (PASS) / 3x (WARN) the floor's plus a near-boundary allowance).  A clean bf16 image
+of tiny-ursa already sits at PSNR 14 dB from float32, so the pixels cannot tell a diverged sample from a
+clean one; and the final tokens cannot either: one near-boundary draw early in a free run changes every
+later step's logits, so on tiny-ursa a clean device's final tokens differed from the reference's in 19-38 %
+of positions against the floor's 0-44 % (5 seeds, Philox), while three of four planted sampler faults
+stayed inside that spread.  Conditioned on the same state, a step has no history to amplify: a clean
+device flips only near-boundary draws, a broken one flips what it computes wrongly.  The final tokens'
+agreement is reported.  On the reference's CPU stream the draw count depends on how many tokens jump,
+so the sides' streams fall out of step and nothing is judged on tokens.
 """
 
 from __future__ import annotations
@@ -42,6 +48,16 @@ class TrajectoryRun:
 
     images: list[Image.Image]
     trace: StepTrace
+
+
+@dataclass
+class StepReplay:
+    """Live reference and floor probes that can run one step on any recorded tokens (not a golden bundle's,
+    which holds only its own trajectory), and the device's run config of each seed."""
+
+    ref: Any
+    floor: Any | None
+    configs: dict[int, RunConfig]
 
 
 def latent_key(trace: StepTrace) -> str | None:
@@ -94,8 +110,68 @@ def judge_without_floor(dist: float) -> Verdict:
     return Verdict.WARN if dist < NO_FLOOR_COS_DIST else Verdict.FAIL
 
 
+def _replayed(probe: Any, trace: StepTrace | None, cfg: RunConfig, i: int, tokens: torch.Tensor) -> torch.Tensor:
+    """``probe``'s tokens after step ``i`` from ``tokens``: its own run's, when that run was in this state (on a
+    shared stream a step replayed on its own run's state is that run's step, so nothing is recomputed), else
+    one teacher-forced step."""
+    if trace is not None and i < len(trace.inputs):
+        seen = trace.inputs[i].get("tokens")
+        if isinstance(seen, torch.Tensor) and seen.shape == tokens.shape and torch.equal(seen, tokens):
+            return trace.outputs[i]["tokens"]
+    return probe.forward_step(cfg, i, {"tokens": tokens})["tokens"]
+
+
+def step_agreement(dut: TrajectoryRun, ref: TrajectoryRun, floor: TrajectoryRun | None, replay: StepReplay,
+                   seed: int) -> dict[str, Any] | None:
+    """Token flips along the device's own path: per recorded step, the device's output against the reference's
+    step on the same input tokens (and the floor's against the reference's); None when the run has no tokens."""
+    cfg = replay.configs.get(seed)
+    if cfg is None or not dut.trace.inputs:
+        return None
+    flips, floor_flips, total, steps = 0, 0, 0, []
+    for i, (inp, out) in enumerate(zip(dut.trace.inputs, dut.trace.outputs, strict=False)):
+        x, y = inp.get("tokens"), out.get("tokens")
+        if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
+            return None
+        r = _replayed(replay.ref, ref.trace, cfg, i, x)
+        d = int((y.reshape(-1) != r.reshape(-1)).sum())
+        step: dict[str, Any] = {"step": i, "device_flips": d}
+        if replay.floor is not None and floor is not None:
+            f = _replayed(replay.floor, floor.trace, cfg, i, x)
+            fd = int((f.reshape(-1) != r.reshape(-1)).sum())
+            floor_flips += fd
+            step["floor_flips"] = fd
+        flips += d
+        total += int(r.numel())
+        steps.append(step)
+    return {"flips": flips, "floor_flips": floor_flips if replay.floor is not None and floor is not None else None,
+            "tokens": total, "steps": steps}
+
+
+def _step_agreement_row(label: str, agree: dict[str, Any]) -> Row:
+    row = Row(f"{label}tokens step by step")
+    n = agree["tokens"]
+    dis = agree["flips"] / max(1, n)
+    row.add("token-steps compared", n)
+    row.add("device flips", agree["flips"])
+    if agree["floor_flips"] is None:
+        row.add("one-step disagreement (no floor)", dis)
+        row.note = "tokens not judged: no noise floor"
+        return row
+    f_dis = agree["floor_flips"] / max(1, n)
+    ratio = token_disagreement_ratio(dis, f_dis, n)
+    row.add("floor flips", agree["floor_flips"])
+    row.add("one-step disagreement", dis)
+    row.add("floor one-step disagreement", f_dis)
+    row.add("tokens / (floor + allowance)", ratio,
+            f"<= {RATIO_PASS:g} PASS, <= {RATIO_FAIL:g} WARN (allowance {token_allowance(n):.3g})",
+            judge_ratio(ratio), "difforge-tokens")
+    return row
+
+
 def trajectory_rows(seed: int, dut: TrajectoryRun, ref: TrajectoryRun, floor: TrajectoryRun | None,
-                    label: str, shared: bool = False) -> tuple[list[Row], dict[str, Any]]:
+                    label: str, shared: bool = False, replay: StepReplay | None = None,
+                    ) -> tuple[list[Row], dict[str, Any]]:
     rows: list[Row] = []
     data: dict[str, Any] = {"seed": seed, "images": [], "latent": None}
     for k, (a, b) in enumerate(zip(dut.images, ref.images, strict=False)):
@@ -135,42 +211,32 @@ def trajectory_rows(seed: int, dut: TrajectoryRun, ref: TrajectoryRun, floor: Tr
                 if name in ("mse", "cosine", "token_agreement"):
                     row.add(f"floor {name}", value)
         if "token_agreement" in lat:
-            _judge_tokens(row, lat, flat, int(ref.trace.final()[key].numel()), shared)
+            row.note = ("informative: one early near-boundary draw changes every later step of a free run, so the "
+                        "final tokens are judged step by step (the row 'tokens step by step')" if shared else
+                        "tokens not judged: the sides drew from the reference's CPU stream, which falls out of step "
+                        "between them (judged on the portable Philox stream: --fast philox-rng)")
         rows.append(row)
         data["latent"] = {"key": key, "device": lat, "floor": flat}
+        if shared and replay is not None and "token_agreement" in lat:
+            agree = step_agreement(dut, ref, floor, replay, seed)
+            if agree is not None:
+                rows.append(_step_agreement_row(label, agree))
+                data["step_agreement"] = agree
     data["per_step"] = per_step_divergence(dut.trace, ref.trace)
     data["per_step_floor"] = per_step_divergence(floor.trace, ref.trace) if floor is not None else []
     return rows, data
 
 
-def _judge_tokens(row: Row, lat: dict[str, Any], flat: dict[str, Any] | None, n: int, shared: bool) -> None:
-    """The final tokens' rule (module docstring): judged on a shared stream with a floor, else reported."""
-    dis = 1.0 - lat["token_agreement"]
-    if not shared:
-        row.note = ("tokens not judged: the sides drew from the reference's CPU stream, which falls out of step "
-                    "between them (judged on the portable Philox stream: --fast philox-rng)")
-        return
-    if flat is None:
-        row.note = "tokens not judged: no noise floor"
-        return
-    f_dis = 1.0 - flat["token_agreement"]
-    ratio = token_disagreement_ratio(dis, f_dis, n)
-    row.add("token disagreement", dis)
-    row.add("floor token disagreement", f_dis)
-    row.add("tokens / (floor + allowance)", ratio,
-            f"<= {RATIO_PASS:g} PASS, <= {RATIO_FAIL:g} WARN (allowance {token_allowance(n):.3g})",
-            judge_ratio(ratio), "difforge-tokens")
-
-
 def trajectory_rung(runs: list[tuple[int, TrajectoryRun, TrajectoryRun, TrajectoryRun | None]],
-                    floor_label: str, shared: bool = False) -> RungResult:
+                    floor_label: str, shared: bool = False, replay: StepReplay | None = None) -> RungResult:
     """``runs``: (seed, device run, reference run, floor run) per seed; ``shared``: every side drew from a
-    stream that gives every device the same numbers (:func:`shared_stream`), so final tokens are judged."""
+    stream that gives every device the same numbers (:func:`shared_stream`); ``replay``: the live probes that
+    replay steps on the device's tokens - with both, a discrete model's path is judged step by step."""
     rows: list[Row] = []
     seeds: list[dict[str, Any]] = []
     for seed, dut, ref, floor in runs:
         label = f"seed {seed} " if len(runs) > 1 else ""
-        r, d = trajectory_rows(seed, dut, ref, floor, label, shared)
+        r, d = trajectory_rows(seed, dut, ref, floor, label, shared, replay)
         rows.extend(r)
         seeds.append(d)
     result = RungResult.from_rows("trajectory", rows, data={"seeds": seeds, "floor": floor_label,
@@ -190,8 +256,8 @@ def trajectory_rung(runs: list[tuple[int, TrajectoryRun, TrajectoryRun, Trajecto
     tokens = [r for r in rows if any(m.name == "tokens / (floor + allowance)" for m in r.measurements)]
     if tokens:
         worst_tok = max(tokens, key=lambda r: _nan_high(r.get("tokens / (floor + allowance)")))
-        parts.append(f"final tokens: worst {worst_tok.get('token disagreement'):.1%} differ from the reference "
-                     f"(floor {worst_tok.get('floor token disagreement'):.1%}; "
+        parts.append(f"tokens step by step along the device's path: worst {worst_tok.get('one-step disagreement'):.1%} "
+                     f"differ from the reference's step (floor {worst_tok.get('floor one-step disagreement'):.1%}; "
                      f"{worst_tok.get('tokens / (floor + allowance)'):.2f}x floor + allowance)")
     if not judged and not unfloored:
         # informative rows alone must never read as a PASS
