@@ -106,6 +106,25 @@ EXACT: dict[str, str] = {
     "floor_ssim": "噪声基线 SSIM",
     "cos distance (no floor)": "余弦距离（无噪声基线）",
     "token_agreement": "token 一致率",
+    # URSA's sampler step and tokens (issue 25)
+    "sampler x1 agreement": "采样器目标码 x1 一致率",
+    "sampler token disagreement": "采样器 token 不一致率",
+    "sampler floor token disagreement": "噪声基线采样器 token 不一致率",
+    "sampler tokens / (floor + allowance)": "采样器 token 不一致率 / (噪声基线 + 容许量)",
+    "tokens / (floor + allowance)": "token 不一致率 / (噪声基线 + 容许量)",
+    "token-steps compared": "比对的 token 步数",
+    "device flips": "被测设备翻转数",
+    "floor flips": "噪声基线翻转数",
+    "one-step disagreement": "单步 token 不一致率",
+    "floor one-step disagreement": "噪声基线单步 token 不一致率",
+    "one-step disagreement (no floor)": "单步 token 不一致率（无噪声基线）",
+    "tokens not judged: no noise floor": "token 未判定：没有噪声基线",
+    "informative: one early near-boundary draw changes every later step of a free run, so the final tokens are "
+    "judged step by step (the row 'tokens step by step')":
+        "仅供参考：自由运行中早期一次落在边界附近的抽样会改变之后每一步，因此 token 按步判定（见“逐步 token”一行）",
+    "tokens not judged: the sides drew from the reference's CPU stream, which falls out of step between them "
+    "(judged on the portable Philox stream: --fast philox-rng)":
+        "token 未判定：各方从参考的 CPU 随机流抽样，彼此会失去同步（在可移植的 Philox 流上判定：--fast philox-rng）",
     # ---- row subjects ------------------------------------------------------------------------------------
     "load": "加载",
     "encode": "编码",
@@ -319,6 +338,12 @@ SOURCES_ZH: dict[str, tuple[str, str]] = {
         "difforge（推导）",
         "完整轨迹误差对照噪声基线判定（即仅由被测设备 dtype 带来的误差，从不用被测设备的内核计算），采用噪声基线"
         "规则（比值 2 PASS / 3 WARN）；低于 1 个灰度级（0-255）的基线提高到 1 个灰度级，即所保存图像的量化步长",
+    ),
+    "difforge-tokens": (
+        "difforge（推导）",
+        "各方从相同的 Philox 随机字抽取离散 token：被测设备与参考不同的 token 占比，除以（噪声基线的占比 + 容许量 "
+        "max(0.5 %, 3 个 token)），<= 2 PASS，<= 3 WARN（噪声基线规则）；容许量覆盖落在累积和边界舍入范围内的抽样（与被测设备"
+        "不共享任何内核的噪声基线未必遇到），以及少数此类事件的计数噪声",
     ),
     "diffusers-fp16": (
         "diffusers fp16 测试",
@@ -663,6 +688,16 @@ rule(r"(?P<seed>seed \d+ )?final (?P<key>\w+)", "{seed}最终 {key}")
 rule(r"floor (?P<name>mse|cosine|token_agreement)", "噪声基线{name}", name=_t)
 rule(r"< (?P<x>NUM) WARN \(no floor: never PASS\), else FAIL", "< {x} WARN（无噪声基线：不会 PASS），否则 FAIL")
 rule(r"(?P<a>image RMSE at most .+? dB worst\)); (?P<b>no noise floor for .+)", "{a}；{b}", a=_t, b=_t)
+rule(r"(?P<a>image RMSE at most .+? dB worst\)); (?P<b>tokens step by step .+)", "{a}；{b}", a=_t, b=_t)
+rule(r"tokens step by step along the device's path: worst (?P<d>NUM)% differ from the reference's step \(floor "
+     r"(?P<f>NUM)%; (?P<r>NUM)x floor \+ allowance\)",
+     "沿被测设备自身路径逐步比对 token：最多 {d}% 与参考的同一步不同（噪声基线 {f}%；为噪声基线 + 容许量的 {r} 倍）")
+rule(r"(?P<seed>seed \d+ )?tokens step by step", "{seed}逐步 token")
+rule(r"sampler (?P<name>jump_prob|rate) cosine", "采样器 {name} 余弦相似度")
+rule(r"sampler (?P<name>jump_prob|rate) rel_l2 / floor", "采样器 {name} rel_l2 / 噪声基线")
+rule(r"sampler (?P<name>jump_prob|rate) nonfinite_only_device", "采样器 {name} 仅被测设备的 NaN/Inf 个数")
+rule(r"<= (?P<p>NUM) PASS, <= (?P<w>NUM) WARN; cosine >= (?P<c>NUM)", "<= {p} PASS，<= {w} WARN；余弦相似度 >= {c}")
+rule(r"<= (?P<p>NUM) PASS, <= (?P<w>NUM) WARN \(allowance (?P<a>NUM)\)", "<= {p} PASS，<= {w} WARN（容许量 {a}）")
 rule(r"image RMSE at most (?P<r>NUM)x the (?P<label>.+) floor \(PSNR (?P<p>NUM) dB worst\)",
      "图像 RMSE 最大为噪声基线（{label}）的 {r} 倍（最差 PSNR {p} dB）", label=_t)
 rule(r"no noise floor for (?P<n>\d+) image\(s\), so not judged against precision: image cosine distance (?P<d>NUM) "
