@@ -435,7 +435,20 @@ def summary(runs: list[Run]) -> dict[str, Any]:
         "false_alarm_warn": sum(r.verdict == "WARN" for r in clean),
         "errors": [f"{r.model}/{r.fault}/seed {r.seed}: {r.error}" for r in runs if r.verdict is None],
         "seconds": sum(r.seconds for r in runs),
+        "per_family": per_family(fired),
     }
+
+
+def per_family(fired: list[Run]) -> dict[str, list[int]]:
+    """``{family: [caught, fired]}`` over the fired fault runs, by the catalogue's family of each fault (the
+    blind-spot classes of issue 25 are families of their own: ``sampler``, ``post-network``)."""
+    out: dict[str, list[int]] = {}
+    for r in fired:
+        fault = fault_catalogue.FAULTS.get(r.fault)
+        n = out.setdefault(fault.family if fault is not None else "?", [0, 0])
+        n[0] += r.outcome == "caught"
+        n[1] += 1
+    return out
 
 
 def summary_lines(s: dict[str, Any]) -> list[str]:
@@ -446,6 +459,9 @@ def summary_lines(s: dict[str, Any]) -> list[str]:
         f"false alarms: {s['false_alarm_fail'] + s['false_alarm_warn']} / {s['clean_runs']} clean runs "
         f"({s['false_alarm_fail']} FAIL, {s['false_alarm_warn']} WARN)",
     ]
+    if s.get("per_family"):
+        lines.append("by family (caught / fired): " + ", ".join(f"{k} {a} / {b}" for k, (a, b) in
+                                                                  sorted(s["per_family"].items())))
     if s["missed"]:
         lines.append("missed: " + ", ".join(s["missed"]))
     if s["unattributed"]:
