@@ -110,7 +110,7 @@ AUTO_MAPS: dict[str, tuple[str, Callable[[dict], None]]] = {
     # file -> (module the auto_map names, edit that plants it)
     "processor/preprocessor_config.json": ("evil_proc", lambda c: c.update(
         auto_map={"AutoImageProcessor": "evil_proc.EvilProcessor"}, image_processor_type="EvilProcessor")),
-    "processor/processor_config.json": ("evil_proc", lambda c: c["image_processor"].update(
+    "processor/processor_config.json": ("evil_proc", lambda c: c.setdefault("image_processor", {}).update(
         auto_map={"AutoImageProcessor": "evil_proc.EvilProcessor"}, image_processor_type="EvilProcessor")),
     "processor/tokenizer_config.json": ("evil_tok", lambda c: c.update(
         auto_map={"AutoTokenizer": ["evil_tok.EvilTok", None]}, tokenizer_class="EvilTok")),

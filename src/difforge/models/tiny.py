@@ -29,7 +29,7 @@ TINY_MODELS = {
 }
 
 #: Bump a builder's version whenever its output bytes change, so caches rebuild.
-TINY_VERSION = "v1"
+TINY_VERSION = "v2"  # v2: the Qwen processor/ folder in the published layout (video config)
 
 
 def _builder(name: str) -> Callable[[Path], None]:

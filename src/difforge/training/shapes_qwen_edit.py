@@ -413,7 +413,7 @@ def train(r: Recipe, log: Log = print, vae_from: Path | None = None, readback: b
 
 def save(pipe, out: Path, summary: dict) -> Path:
     """Write the folder atomically: a temporary sibling, then one rename over ``out``."""
-    from difforge.models.qwen_edit.tiny import _quiet_progress
+    from difforge.models.qwen_edit.tiny import _quiet_progress, write_processor_layout
 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -421,6 +421,7 @@ def save(pipe, out: Path, summary: dict) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     with _quiet_progress():
         pipe.save_pretrained(str(tmp), safe_serialization=True)
+    write_processor_layout(tmp / "processor")
     (tmp / "difforge.json").write_text(json.dumps(SETTINGS, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     meta = {k: v for k, v in summary.items() if not k.endswith("_losses") and k != "seconds"}
     (tmp / "training.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")

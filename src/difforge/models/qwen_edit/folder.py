@@ -83,7 +83,49 @@ def check_model_folder(folder: Path, skip_weights: frozenset[str] = frozenset())
             _check_float_weights(path, check_safetensors_header(path))
             total += path.stat().st_size
         sizes[name] = total
+    check_processor_files(folder / "processor")
     return CheckedFolder(folder, family, str(index["_class_name"]), sizes)
+
+
+#: The published processor/ folder's video processor config (see :func:`check_processor_files`).
+VIDEO_PROCESSOR_FILE = "video_preprocessor_config.json"
+
+
+def processor_builds_video() -> bool:
+    """Whether transformers will build ``Qwen2VLProcessor``'s video processor here.
+
+    It does wherever torchvision is installed (difforge's shim drops the slot only without it), and
+    then reads the video processor's config from the processor folder.  Asked of transformers itself
+    (``get_attributes`` in 5.x, ``attributes`` in 4.x), so the answer follows the installed version.
+    """
+    from transformers import Qwen2VLProcessor
+
+    from .compat import apply_processor_shim
+
+    apply_processor_shim()
+    getter = getattr(Qwen2VLProcessor, "get_attributes", None)
+    names = getter() if callable(getter) else getattr(Qwen2VLProcessor, "attributes", [])
+    return "video_processor" in names
+
+
+def check_processor_files(processor: Path) -> None:
+    """A processor folder transformers' video branch cannot read is one sentence, not an OSError wall.
+
+    transformers takes the video processor's settings from ``video_preprocessor_config.json``, a
+    ``video_processor`` nested in ``processor_config.json``, or (5.x) the image processor's
+    ``preprocessor_config.json``.  A folder with none of them (what transformers 5 saves without
+    torchvision) fails only where torchvision is installed - as on the 2026-12-04 H200.
+    """
+    if (processor / VIDEO_PROCESSOR_FILE).is_file() or (processor / "preprocessor_config.json").is_file():
+        return
+    nested = processor / "processor_config.json"
+    if nested.is_file() and isinstance(read_json(nested).get("video_processor"), dict):
+        return
+    if processor_builds_video():
+        raise CheckpointError(
+            f"{processor} has no {VIDEO_PROCESSOR_FILE}, which transformers' Qwen2VLProcessor reads wherever"
+            " torchvision is installed; copy it (and preprocessor_config.json) from the published model's processor/."
+        )
 
 
 def check_configs(folder: Path) -> None:

@@ -214,7 +214,11 @@ def _load_text_side(folder: Path) -> dict[str, Any]:
     out = {}
     for name in ("processor", "tokenizer"):
         cls = getattr(transformers, COMPONENTS[name][1])
-        out[name] = cls.from_pretrained(str(folder / name), local_files_only=True, trust_remote_code=False)
+        try:
+            out[name] = cls.from_pretrained(str(folder / name), local_files_only=True, trust_remote_code=False)
+        except OSError as exc:  # a file transformers wants is missing: its message, as one line
+            reason = " ".join(str(exc).split()).split(". If you were trying")[0]
+            raise CheckpointError(f"{folder / name} does not load as {cls.__name__}: {reason}.") from None
     return out
 
 

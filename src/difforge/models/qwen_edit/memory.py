@@ -353,10 +353,17 @@ def vision_patches(width: int, height: int, processor: dict[str, Any]) -> int:
 
 
 def processor_settings(folder: Path) -> dict[str, Any]:
-    """Patch/merge size and pixel bounds from ``processor/processor_config.json`` (defaults otherwise)."""
+    """Patch/merge size and pixel bounds of the image processor (defaults otherwise).
+
+    Read from ``processor/preprocessor_config.json`` (the published layout) or, for folders saved by
+    transformers 5, the ``image_processor`` nested in ``processor/processor_config.json``.
+    """
     out = dict(VISION_DEFAULTS)
+    for name in ("preprocessor_config.json", "processor_config.json"):
+        if (folder / "processor" / name).is_file():
+            break
     with contextlib.suppress(DifforgeError):
-        data = read_json(folder / "processor" / "processor_config.json")
+        data = read_json(folder / "processor" / name)
         image = data.get("image_processor", data)
         size = image.get("size") if isinstance(image.get("size"), dict) else {}
         for key, value in (("patch_size", image.get("patch_size")), ("merge_size", image.get("merge_size")),

@@ -54,6 +54,18 @@ SCHEDULER_CONFIG = {
 #: Small reference sizes so CPU runs take about a second (the real models use 1024² / 384²).
 TINY_SETTINGS = {"reference_area": 128 * 128, "condition_area": 112 * 112, "output_area": 96 * 96}
 FP8_FORMS = ("plain", "scaled", "scaled-prefixed")
+#: The files of a published Qwen-Image-Edit ``processor/`` folder that configure its image and video
+#: processors (transformers 5's ``save_pretrained`` nests the image one in ``processor_config.json`` instead).
+IMAGE_PROCESSOR_FILE = "preprocessor_config.json"
+VIDEO_PROCESSOR_FILE = "video_preprocessor_config.json"
+#: Settings the video processor shares with the image one in the published Qwen2.5-VL files.
+_SHARED_VISION_KEYS = (
+    "do_convert_rgb", "do_normalize", "do_rescale", "do_resize", "image_mean", "image_std", "merge_size",
+    "patch_size", "resample", "rescale_factor", "size", "temporal_patch_size", "min_pixels", "max_pixels",
+)
+#: The published Qwen2.5-VL video processor's frame bounds.  The edit pipelines never pass video, but
+#: transformers builds the video processor (and so reads this file) wherever torchvision is installed.
+_VIDEO_FRAMES = {"min_frames": 4, "max_frames": 768, "do_sample_frames": False}
 
 
 def _byte_vocab() -> dict[str, int]:
@@ -101,6 +113,46 @@ def _processor(tokenizer):
         patch_size=14, temporal_patch_size=2, merge_size=2, min_pixels=56 * 56, max_pixels=56 * 56 * 4
     )
     return Qwen2VLProcessor(image_processor=image_processor, tokenizer=tokenizer)
+
+
+def write_processor_layout(processor_dir: Path) -> None:
+    """Give a saved Qwen2-VL ``processor/`` folder the published layout.
+
+    The published Qwen-Image-Edit(-2509) ``processor/`` holds ``preprocessor_config.json`` (image)
+    and ``video_preprocessor_config.json`` (video) beside the tokenizer files.  transformers 5 saves
+    the image settings nested in ``processor_config.json`` and, without torchvision, no video file at
+    all - a folder that loads on the CPU CI but not where torchvision is installed (as on nearly every
+    CUDA machine: the 2026-12-04 H200 run).  Built-ins in the real layout load everywhere real
+    folders load, and transformers 4.x reads them too.
+    """
+    processor_dir = Path(processor_dir)
+    nested = processor_dir / "processor_config.json"
+    image: dict = {}
+    if (processor_dir / IMAGE_PROCESSOR_FILE).is_file():
+        image = json.loads((processor_dir / IMAGE_PROCESSOR_FILE).read_text(encoding="utf-8"))
+    if nested.is_file():
+        data = json.loads(nested.read_text(encoding="utf-8"))
+        image = {**data.pop("image_processor", {}), **image}
+        data.pop("processor_class", None)
+        if data:  # settings of the processor itself: keep them where transformers looks
+            nested.write_text(_json_text({**data, "processor_class": "Qwen2VLProcessor"}), encoding="utf-8")
+        else:
+            nested.unlink()
+    if not image:
+        raise ValueError(f"{processor_dir} holds no image processor settings to lay out")
+    size = image.get("size") or {}
+    image.setdefault("min_pixels", size.get("shortest_edge"))
+    image.setdefault("max_pixels", size.get("longest_edge"))
+    image = {k: v for k, v in image.items() if v is not None}
+    image.update(image_processor_type="Qwen2VLImageProcessor", processor_class="Qwen2VLProcessor")
+    video = {k: image[k] for k in _SHARED_VISION_KEYS if k in image}
+    video.update(_VIDEO_FRAMES, video_processor_type="Qwen2VLVideoProcessor", processor_class="Qwen2VLProcessor")
+    (processor_dir / IMAGE_PROCESSOR_FILE).write_text(_json_text(image), encoding="utf-8")
+    (processor_dir / VIDEO_PROCESSOR_FILE).write_text(_json_text(video), encoding="utf-8")
+
+
+def _json_text(data: dict) -> str:
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
 def _text_encoder(tokenizer):
@@ -210,6 +262,7 @@ def build_tiny_qwen_edit(folder: Path, plus: bool) -> None:
     )
     with _quiet_progress():
         pipe.save_pretrained(str(folder), safe_serialization=True)
+    write_processor_layout(folder / "processor")
     (folder / SETTINGS_FILE).write_text(json.dumps(TINY_SETTINGS, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
