@@ -81,6 +81,7 @@ def test_clean_ursa_capture_passes_when_judged_in_another_process(clean_ursa: Pa
     # the step rung teacher-forced on the device's own states, one row per recorded step
     steps = data["rungs"]["step"]["data"]["seeds"][0]["steps"]
     assert len(steps) == len(json.loads((clean_ursa / "data.json").read_text())["steps"]["0"]) == 4
+    assert all("sampler" in p for p in steps[:-1])  # the sampler judged on the device's logits and targets
     # the benchmark is the device's timing, read from the capture
     assert data["rungs"]["benchmark"]["data"]["memory_after_load_bytes"] == manifest["device"]["memory_after_load"]
 
@@ -101,11 +102,35 @@ def test_qwen_edit_capture_passes_clean_and_fails_broken(tmp_path: Path) -> None
     code, data = _judge(clean, tmp_path / "rc")
     assert code == 0 and data["verdict"] == "PASS", _rungs(data)
     assert {_rungs(data)[k] for k in ("operator", "component", "step", "trajectory")} == {"PASS"}
+    point = data["rungs"]["step"]["data"]["seeds"][0]["steps"][0]
+    assert set(point["post_network"]) >= {"latents_next", "vae_input"}  # fed the device's own stored outputs
+    assert {"cond_pred", "uncond_pred"} <= set(point["outputs"])
     broken = _capture("tiny-qwen-edit", tmp_path / "broken", "linear_noise")
     code, data = _judge(broken, tmp_path / "rb")
     assert code == 1 and data["verdict"] == "FAIL"
     rungs = _rungs(data)
     assert rungs["component"] == "FAIL" and rungs["step"] == "FAIL", rungs
+
+
+def test_sampler_fault_in_an_ursa_capture_fails(tmp_path: Path) -> None:
+    """exp computed as 2**x in URSA's jump probability: only the sampler step (the judge's sampler run on the
+    device's stored logits and targets) sees it."""
+    capture = _capture("tiny-ursa", tmp_path / "c", "exp_base2")
+    code, data = _judge(capture, tmp_path / "r")
+    assert code == 1 and _rungs(data)["step"] == "FAIL", _rungs(data)
+    sampler = [p.get("sampler", {}) for p in data["rungs"]["step"]["data"]["seeds"][0]["steps"]]
+    assert any(v.get("decision", "").startswith("rel-L2") and v["ratio"] > 3 for s in sampler for v in s.values()
+               if isinstance(v, dict)), sampler
+
+
+def test_post_network_fault_in_a_qwen_edit_capture_fails(tmp_path: Path) -> None:
+    """The true-CFG direction reversed after the network: the network's outputs are clean, so only the
+    post-network stages (fed the device's own stored outputs on every side) can see it."""
+    capture = _capture("tiny-qwen-edit", tmp_path / "c", "cfg_sub_swap")
+    code, data = _judge(capture, tmp_path / "r")
+    assert code == 1 and _rungs(data)["step"] == "FAIL", _rungs(data)
+    post = [p.get("post_network", {}) for p in data["rungs"]["step"]["data"]["seeds"][0]["steps"]]
+    assert any(v["verdict"] == "FAIL" for stages in post for v in stages.values()), post
 
 
 # ---- refusals --------------------------------------------------------------------------------------------

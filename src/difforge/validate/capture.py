@@ -40,11 +40,18 @@ from ..errors import InputError
 from ..models.registry import resolve_model
 from ..runtime.record import RunRecord
 from ..version import __version__
-from .bundle import CAPTURE_FORMAT, FORMAT_VERSION, BundleWriter, Reducer, image_hash, weight_hashes
-from .captured import CAPTURED, prompt_set_digest, run_key
+from .bundle import (
+    CAPTURE_FORMAT,
+    FORMAT_VERSION,
+    FULL_LIMIT,
+    BundleWriter,
+    Reducer,
+    image_hash,
+    weight_hashes,
+)
+from .captured import CAPTURED, prompt_set_digest, reduced_outputs, run_key
 from .environment import fingerprint
 from .floor import module_dtypes
-from .golden import _step_outputs
 from .ladder import Ladder, short_error
 from .opstore import store_capture
 from .options import ValidateOptions
@@ -224,8 +231,16 @@ def _record_device(lad: RecordingLadder, pipe: Any, record: RunRecord, data: dic
         for i, inputs in enumerate(trace.inputs):
             with capture_blocks(probe, reduce=reduce_block) as (_n, blocks):
                 out = probe.forward_step(cfg, i, inputs)
-            steps.append({"out": writer.put(_step_outputs(out, reduce_out), f"seed{seed}/step{i}/out"),
-                          "blocks": writer.put(blocks, f"seed{seed}/step{i}/blocks")})
+            step = {"out": writer.put(reduced_outputs(out, reduce_out), f"seed{seed}/step{i}/out"),
+                    "blocks": writer.put(blocks, f"seed{seed}/step{i}/blocks")}
+            sampler = _sampler(probe, cfg, i, inputs, out, lad.notes)
+            if sampler is not None:
+                step["sampler"] = writer.put(reduced_outputs(sampler, reduce_out), f"seed{seed}/step{i}/sampler")
+            post = _post_network(probe, cfg, i, inputs, out, lad.notes)
+            if post is not None:
+                step["post"] = {"teacher": writer.put(out, f"seed{seed}/step{i}/teacher"),
+                                "out": writer.put(reduced_outputs(post, reduce_out), f"seed{seed}/step{i}/post")}
+            steps.append(step)
         data["steps"][str(seed)] = steps
     cfg0 = climb.cfg0
     say("components")
@@ -239,6 +254,7 @@ def _record_device(lad: RecordingLadder, pipe: Any, record: RunRecord, data: dic
     say("operator calls (step 0 and each component)")
     first = climb.smoke_trace.inputs[0] if climb.smoke_trace.inputs else None
     data["operator"] = _operators(lad, probe, cfg0, first, climb.dut.record.adaptations)
+    data["family"] = str(probe.family)
     stream = getattr(probe, "portable_stream", None)
     data["portable_stream"] = bool(stream(cfg0)) if stream is not None else False
     try:
@@ -251,6 +267,39 @@ def _record_device(lad: RecordingLadder, pipe: Any, record: RunRecord, data: dic
         say(f"gallery prompt {k + 1}/{len(lad.prompts)}")
         lad.run(pipe, lad.dut_cfg(prompt=prompt))
     return memory
+
+
+def _post_network(probe: Any, cfg: RunConfig, i: int, inputs: dict[str, torch.Tensor],
+                  out: dict[str, torch.Tensor], notes: list[str]) -> dict[str, torch.Tensor] | None:
+    """The device's work after the network at step ``i`` (the probe's ``post_network_step``), fed its own
+    outputs at this state: the judge feeds the reference and floor the same stored outputs.  None when the
+    family has no such step, or the outputs are too large to keep whole (the judge then has no teacher)."""
+    step = getattr(probe, "post_network_step", None)
+    if step is None:
+        return None
+    if any(isinstance(v, torch.Tensor) and v.numel() > FULL_LIMIT for v in out.values()):
+        if not any("post-network" in n for n in notes):
+            notes.append("the capture keeps no post-network steps: the network's outputs are too large to keep whole "
+                         "as their teacher")
+        return None
+    low = (torch.bfloat16, torch.float16)
+    return dict(step(cfg, i, inputs, out, hold=probe.dtype if probe.dtype in low else None))
+
+
+def _sampler(probe: Any, cfg: RunConfig, i: int, inputs: dict[str, torch.Tensor], out: dict[str, torch.Tensor],
+             notes: list[str]) -> dict[str, torch.Tensor] | None:
+    """The device's sampler step ``i`` alone (the probe's ``sampler_step``: URSA's jump rates, jump
+    probabilities, drawn targets and tokens) on its own logits at this state, its own targets drawn natively.
+    The logits are kept whole with the step's outputs; the judge runs the reference's and floor's sampler on
+    them with the device's targets.  None when the family has no sampler step or the logits are too large."""
+    step = getattr(probe, "sampler_step", None)
+    if step is None or "logits" not in out:
+        return None
+    if out["logits"].numel() > FULL_LIMIT:
+        if not any("sampler" in n for n in notes):
+            notes.append("the capture keeps no sampler steps: the logits are too large to keep whole")
+        return None
+    return dict(step(cfg, i, inputs, out["logits"]))
 
 
 def _operators(lad: RecordingLadder, probe: Any, cfg: RunConfig, first: dict[str, torch.Tensor] | None,

@@ -67,8 +67,14 @@ BY_CONTENT = ("prompts", "images", "prompt_set", "transformer")
 
 
 #: What a capture's device probe answers from the family's probe class (no computation).
-FAMILY_ATTRIBUTES = ("family", "takes_images", "default_prompts", "negative_prompt", "exact_optimisations",
-                     "approximate_optimisations", "default_steps")
+FAMILY_ATTRIBUTES = ("takes_images", "default_prompts", "negative_prompt", "exact_optimisations",
+                     "approximate_optimisations", "default_steps", "informative_outputs")
+
+
+def reduced_outputs(out: dict[str, Any], reduce: Any) -> dict[str, Any]:
+    """Every output of a step (or a post-network step): floating ones reduced by the bundle's sampling plan
+    (the same plan on every side), the rest (URSA's sampled tokens) whole."""
+    return {k: reduce(v) if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in out.items()}
 
 
 class CaptureError(GoldenError):
@@ -184,6 +190,7 @@ class CaptureProbe:
         self._type = probe_type
         data = bundle.data
         self.dtype: torch.dtype = DTYPES[bundle.manifest["device"]["dtype"]]
+        self.family = str(data.get("family") or getattr(probe_type, "family", ""))
         self.size_multiple = int(data["size_multiple"])
         self.dtype_plan = {name: {sub: DTYPES[d] for sub, d in subs.items()}
                            for name, subs in bundle.manifest["dtype_plan"].items()}
@@ -194,7 +201,36 @@ class CaptureProbe:
         rung asking for a device computation the capture does not hold (``hasattr`` checks) skips it."""
         if name in FAMILY_ATTRIBUTES:
             return getattr(self._type, name)
+        if name == "post_network_step" and self._has("post"):
+            return self._post_network_step
+        if name == "sampler_step" and self._has("sampler"):
+            return self._sampler_step
         raise AttributeError(f"a capture's device has no {name!r}")
+
+    def _has(self, part: str) -> bool:
+        """Every recorded step kept ``part`` (its post-network step, its sampler step)."""
+        steps = self.bundle.data.get("steps") or {}
+        return bool(steps) and all(part in s for runs in steps.values() for s in runs)
+
+    def _sampler_step(self, cfg: RunConfig, i: int, inputs: dict[str, torch.Tensor], logits: torch.Tensor,
+                      **_kw: Any) -> dict[str, torch.Tensor]:
+        """The device's sampler step at its state ``i`` on its own logits, its targets its own draws."""
+        return dict(self._step(cfg, i)["sampler"])
+
+    def sampler_teacher(self, cfg: RunConfig, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the logits the device's sampler step was fed, the targets it drew): what every side is fed."""
+        step = self._step(cfg, i)
+        return step["out"]["logits"], step["sampler"]["x1"]
+
+    def _post_network_step(self, cfg: RunConfig, i: int, inputs: dict[str, torch.Tensor],
+                           teacher: dict[str, torch.Tensor], **_kw: Any) -> dict[str, torch.Tensor]:
+        """The device's post-network step at its state ``i``, fed its own outputs there (``teacher``: the
+        judge feeds the reference and floor the same stored outputs, :meth:`JudgeSide.post_network_step`)."""
+        return dict(self._step(cfg, i)["post"]["out"])
+
+    def teacher(self, cfg: RunConfig, i: int) -> dict[str, torch.Tensor]:
+        """The device's own outputs at its state ``i``, whole: what its post-network step was fed."""
+        return dict(self._step(cfg, i)["post"]["teacher"])
 
     def portable_stream(self, cfg: RunConfig) -> bool:
         """Whether the device's runs drew from the portable stream (measured there, for validate's config)."""
@@ -291,7 +327,20 @@ class JudgeSide:
         self._reducer = reducer
 
     def __getattr__(self, name: str) -> Any:
+        if name in ("post_network_step", "sampler_step"):  # only when the capture kept the device's
+            if not hasattr(self._device, name):
+                raise AttributeError(name)
+            return self._post_network_step if name == "post_network_step" else self._sampler_step
         return getattr(self._probe, name)
+
+    def _sampler_step(self, cfg: RunConfig, i: int, inputs: dict[str, torch.Tensor], logits: torch.Tensor,
+                      emulate: torch.dtype | None = None, x1: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """This side's sampler step on the device's logits at the device's state ``i`` (not ``logits``), its rates
+        computed for the device's drawn targets (not ``x1``): every side computes the scheduler's arithmetic from
+        the same tensors; the ``x1`` it returns is its own draw, so target agreement is still measured."""
+        device_logits, device_x1 = self._device.sampler_teacher(cfg, i)
+        out = self._probe.sampler_step(cfg, i, inputs, device_logits, emulate=emulate, x1=device_x1)
+        return reduced_outputs(out, self._reducer.output)
 
     def component_inputs(self, cfg: RunConfig) -> dict[str, dict[str, torch.Tensor]]:
         return self._device.component_inputs(cfg)
@@ -300,9 +349,14 @@ class JudgeSide:
         return self._reducer.output(self._probe.run_component(name, inputs))
 
     def forward_step(self, cfg: RunConfig, i: int, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        from .golden import _step_outputs
+        return reduced_outputs(self._probe.forward_step(cfg, i, inputs), self._reducer.output)
 
-        return _step_outputs(self._probe.forward_step(cfg, i, inputs), self._reducer.output)
+    def _post_network_step(self, cfg: RunConfig, i: int, inputs: dict[str, torch.Tensor],
+                           teacher: dict[str, torch.Tensor], **kw: Any) -> dict[str, torch.Tensor]:
+        """This side's post-network step fed the device's own outputs at the device's state ``i`` (the teacher the
+        device's step was fed), not ``teacher``: every side then computes the stage from the same tensors."""
+        out = self._probe.post_network_step(cfg, i, inputs, self._device.teacher(cfg, i), **kw)
+        return reduced_outputs(out, self._reducer.output)
 
     def recorded_blocks(self, cfg: RunConfig, step: int) -> dict[str, list[torch.Tensor]]:
         """Every block's output at the device's state of ``step``, sampled as the device's were."""
