@@ -229,7 +229,7 @@ def _record_device(lad: RecordingLadder, pipe: Any, record: RunRecord, data: dic
         data["states"][str(seed)] = writer.put([dict(x) for x in trace.inputs], f"seed{seed}/states")
         steps = []
         for i, inputs in enumerate(trace.inputs):
-            with capture_blocks(probe, reduce=reduce_block) as (_n, blocks):
+            with capture_blocks(probe, reduce=lambda t: _compact(reduce_block(t), probe.dtype)) as (_n, blocks):
                 out = probe.forward_step(cfg, i, inputs)
             step = {"out": writer.put(reduced_outputs(out, reduce_out), f"seed{seed}/step{i}/out"),
                     "blocks": writer.put(blocks, f"seed{seed}/step{i}/blocks")}
@@ -267,6 +267,16 @@ def _record_device(lad: RecordingLadder, pipe: Any, record: RunRecord, data: dic
         say(f"gallery prompt {k + 1}/{len(lad.prompts)}")
         lad.run(pipe, lad.dut_cfg(prompt=prompt))
     return memory
+
+
+def _compact(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A float32 tensor that holds only values of the device's low-precision ``dtype`` (a block output the
+    device computed in it, upcast on the way out) is stored in that dtype: the same values in half the bytes.
+    Only for what the judge compares (it upcasts), never for what it feeds a reference as input."""
+    if t.dtype != torch.float32 or dtype not in (torch.bfloat16, torch.float16):
+        return t
+    low = t.to(dtype)
+    return low if torch.equal(low.to(torch.float32), t) else t
 
 
 def _post_network(probe: Any, cfg: RunConfig, i: int, inputs: dict[str, torch.Tensor],
@@ -309,13 +319,13 @@ def _operators(lad: RecordingLadder, probe: Any, cfg: RunConfig, first: dict[str
     assert writer is not None
     if first is None:
         return {"cases": [], "captures": []}
-    cases = []
+    cases, dtype = [], probe.dtype
     for c in probe.operator_cases(torch.device("cpu"), cfg, first, list(adaptations)):
         # as a traced call: at most CAPS.outputs elements, the same fixed ones on every side
         idx = _pick(c.dut.numel(), CAPS.outputs) if c.dut.numel() > CAPS.outputs else None
         kept = [t if t is None or idx is None else _flat(t.reshape(-1), idx) for t in (c.dut, c.ref, c.floor)]
         how = f"; {CAPS.outputs} of {c.dut.numel()} output elements kept" if idx is not None else ""
-        cases.append({"op": c.op, "impl": c.impl, "exact": c.exact, "shape": c.shape, "dut": kept[0],
+        cases.append({"op": c.op, "impl": c.impl, "exact": c.exact, "shape": c.shape, "dut": _compact(kept[0], dtype),
                       "ref": kept[1], "floor": kept[2], "note": c.note + how})
     captures = []
     for k, cap in enumerate(probe_captures(probe, cfg, first)):

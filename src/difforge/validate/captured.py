@@ -269,7 +269,7 @@ class CaptureProbe:
         return self.bundle.data["components"]["outputs"][name]
 
     def operator_cases(self, *_args: Any) -> list[OpCase]:
-        return [OpCase(c["op"], c["impl"], bool(c["exact"]), c["shape"], c["dut"], c["ref"], c["floor"], c["note"])
+        return [OpCase(c["op"], c["impl"], bool(c["exact"]), c["shape"], c["dut"].float(), c["ref"], c["floor"], c["note"])
                 for c in self.bundle.data["operator"]["cases"]]
 
     def recorded_captures(self, cfg: RunConfig, inputs: dict[str, torch.Tensor]) -> Iterator[Capture]:
