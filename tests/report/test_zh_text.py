@@ -657,6 +657,18 @@ PATTERN_EXAMPLES: list[tuple[str, str]] = [
      'cfg-parallel：CFG batch 的条件部分在 rank 0、无条件部分在 rank 1 上运行（gloo，每个引导步一次 logits 的 all-gather）'),
     ('cfg-parallel: conditional on rank 0, unconditional on rank 1 (hccl, one all-gather per step)',
      'cfg-parallel：条件分支在 rank 0、无条件分支在 rank 1 上运行（hccl，每步一次 all-gather）'),
+    # Qwen-Image-Edit's stages after the network, and every other step output (issue 25)
+    ('first FAIL at step 0; first divergent block: after the last block (final norm / head); after the network: '
+     'latents_next',
+     '首个 FAIL 出现在第 0 步；首个分叉 block：最后一个 block 之后（最终归一化 / 输出头）；网络之后：latents_next'),
+    ('transformer_blocks.1; after the network: guided',
+     'transformer_blocks.1；网络之后：guided'),
+    ('post guided rel_l2 / floor',
+     '网络之后 guided rel_l2 / 噪声基线'),
+    ('cond_pred rel_l2 / floor',
+     'cond_pred rel_l2 / 噪声基线'),
+    ('cosine >= 0.99; no floor',
+     '余弦相似度 >= 0.99；无噪声基线'),
     # URSA's sampler step and tokens (issue 25)
     ('sampler jump_prob cosine',
      '采样器 jump_prob 余弦相似度'),

@@ -693,6 +693,13 @@ rule(r"tokens step by step along the device's path: worst (?P<d>NUM)% differ fro
      r"(?P<f>NUM)%; (?P<r>NUM)x floor \+ allowance\)",
      "沿被测设备自身路径逐步比对 token：最多 {d}% 与参考的同一步不同（噪声基线 {f}%；为噪声基线 + 容许量的 {r} 倍）")
 rule(r"(?P<seed>seed \d+ )?tokens step by step", "{seed}逐步 token")
+# Qwen-Image-Edit's stages after the network, and every other step output (issue 25)
+rule(r"(?P<where>.+); after the network: (?P<stage>guided|latents_next|vae_input)", "{where}；网络之后：{stage}",
+     where=_t)
+rule(r"post (?P<stage>guided|latents_next|vae_input) (?P<what>cosine|rel_l2 / floor|rel_l2|nonfinite_only_device)",
+     "网络之后 {stage} {what}", what=_t)
+rule(r"(?P<key>\w+) rel_l2 / floor", "{key} rel_l2 / 噪声基线")
+rule(r"cosine >= (?P<c>NUM); no floor", "余弦相似度 >= {c}；无噪声基线")
 rule(r"sampler (?P<name>jump_prob|rate) cosine", "采样器 {name} 余弦相似度")
 rule(r"sampler (?P<name>jump_prob|rate) rel_l2 / floor", "采样器 {name} rel_l2 / 噪声基线")
 rule(r"sampler (?P<name>jump_prob|rate) nonfinite_only_device", "采样器 {name} 仅被测设备的 NaN/Inf 个数")
