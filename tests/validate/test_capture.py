@@ -232,6 +232,52 @@ def test_stored_operator_calls_replay_bit_for_bit(model: str, tmp_path: Path) ->
     assert {"linear", "conv2d"} <= ops, ops
 
 
+def test_every_traced_op_type_round_trips_through_a_bundle(tmp_path: Path) -> None:
+    """Op types the tiny models may not reach (a transposed convolution kept whole, attention with its own
+    floor, interpolation, the pointwise ops, the norms) stored, read back and replayed as the live calls."""
+    import torch.nn.functional as F  # noqa: N812
+
+    from difforge.validate.bundle import CAPTURE_FORMAT, BundleWriter, Reducer, open_bundle
+    from difforge.validate.opstore import load_capture, store_capture
+    from difforge.validate.tracing import _map, capture, replay
+
+    gen = torch.Generator().manual_seed(0)
+
+    def bf16(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen).to(torch.bfloat16)
+
+    def forward() -> None:
+        x = bf16(1, 4, 8, 8)
+        F.conv_transpose2d(x, bf16(4, 3, 3, 3), bf16(3), stride=2)
+        F.interpolate(x, scale_factor=2.0, mode="nearest")
+        F.gelu(x, approximate="tanh")
+        F.silu(x)
+        torch.softmax(x, -1)
+        F.group_norm(x, 2, bf16(4), bf16(4))
+        F.layer_norm(x, (8,), bf16(8), bf16(8))
+        F.rms_norm(x, (8,), bf16(8))
+        F.normalize(x, dim=1)
+        q = bf16(1, 2, 16, 8)
+        F.scaled_dot_product_attention(q, bf16(1, 2, 16, 8), bf16(1, 2, 16, 8), is_causal=True)
+        torch.matmul(bf16(3, 5), bf16(5, 7))
+        F.embedding(torch.tensor([[1, 3, 5]]), bf16(8, 4))
+
+    live = capture("unit", forward)
+    writer = BundleWriter(tmp_path, Reducer())
+    data = {"capture": writer.put(store_capture(live), "c")}
+    writer.finish({"format": CAPTURE_FORMAT, "format_version": 1, "difforge": __import__("difforge").__version__},
+                  data)
+    back = load_capture(open_bundle(tmp_path, fmt=CAPTURE_FORMAT, flag="--capture").data["capture"])
+    assert set(back.calls) == set(live.calls) >= {"conv_transpose2d", "scaled_dot_product_attention", "interpolate",
+                                                  "gelu", "group_norm", "rms_norm", "normalize", "embedding"}
+    for op, calls in live.calls.items():
+        for a, b in zip(calls, back.calls[op], strict=True):
+            ref_a, floor_a = replay(replace(a, args=_map(a.args, lambda t: t.contiguous())))
+            ref_b, floor_b = replay(b)
+            assert torch.equal(ref_a, ref_b) and torch.equal(floor_a, floor_b), (op, a.how)
+    assert any(c.how == "whole call" for c in back.calls["conv_transpose2d"])
+
+
 # ---- device captures kept in the repository ------------------------------------------------------------------
 def _fixture_captures() -> list[Path]:
     return sorted(p.parent for p in FIXTURES.glob("*/manifest.json"))
