@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +14,9 @@ from difforge import doctor
 from difforge.devices.compile import CPP_COMPILERS
 from difforge.doctor import collect_doctor, render_doctor
 from difforge.runtime.environment import PACKAGES
+
+#: The stand-in torchvision the Qwen processor tests use (a sitecustomize.py put on PYTHONPATH).
+TORCHVISION_STANDIN = Path(__file__).parent / "models" / "qwen_edit" / "standin_torchvision"
 
 KEYS = {
     "difforge",
@@ -26,6 +31,7 @@ KEYS = {
     "attention",
     "diffusers_attention_backends",
     "compile",
+    "processors",
     "missing",
 }
 
@@ -146,3 +152,45 @@ def test_importing_doctor_is_cheap() -> None:
     code = "import sys, difforge.doctor; print(sorted(m for m in ('torch', 'torch_npu', 'diffusers') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_without_torchvision_the_qwen_processor_builds_no_video_processor(no_torch_npu, monkeypatch) -> None:
+    monkeypatch.setattr(doctor, "_torchvision", lambda: (None, None))
+    info = collect_doctor()
+    proc = info["processors"]
+    assert proc["torchvision"] is None and proc["torchvision_error"] is None
+    assert proc["qwen2vl_builds_video"] is False  # this CI machine: the shim drops the video slot
+    assert "video_preprocessor_config.json" in proc["note"] and "not installed" in proc["note"]
+    assert not any(m.startswith("torchvision:") for m in info["missing"])
+    assert "torchvision               not installed" in render_doctor(info)
+
+
+def test_with_torchvision_doctor_says_the_processor_needs_the_video_config() -> None:
+    """A child interpreter with the stand-in torchvision: transformers' own check takes the branch."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(TORCHVISION_STANDIN), os.environ.get("PYTHONPATH")) if p))
+    out = subprocess.run([sys.executable, "-m", "difforge", "doctor", "--json"], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-1500:]
+    proc = json.loads(out.stdout)["processors"]
+    assert proc["torchvision"] == "0.99.0" and proc["torchvision_error"] is None
+    assert proc["qwen2vl_builds_video"] is True
+    assert "also builds a video processor" in proc["note"] and "video_preprocessor_config.json" in proc["note"]
+
+
+def test_torchvision_that_does_not_import_is_a_missing_line(no_torch_npu, tmp_path: Path, monkeypatch) -> None:
+    """Installed for another torch: transformers still sees it (find_spec), so doctor must flag it."""
+    from difforge.models.qwen_edit import folder
+
+    package = tmp_path / "torchvision"
+    package.mkdir()
+    (package / "__init__.py").write_text("raise RuntimeError('operator torchvision::nms does not exist')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "torchvision", raising=False)
+    monkeypatch.setattr(folder, "processor_builds_video", lambda: True)  # keep this process's shim as it is
+    info = collect_doctor()
+    proc = info["processors"]
+    assert proc["torchvision_error"] == "RuntimeError: operator torchvision::nms does not exist"
+    assert proc["qwen2vl_builds_video"] is True
+    (line,) = [m for m in info["missing"] if m.startswith("torchvision:")]
+    assert "does not import" in line and "Qwen-Image-Edit" in line
+    assert "does not import: RuntimeError" in render_doctor(info)

@@ -64,6 +64,7 @@ def collect_doctor() -> dict[str, Any]:
     info["attention"] = _attention(info)
     info["diffusers_attention_backends"] = _safe(_diffusers_attention_backends)
     info["compile"] = _compile(info)
+    info["processors"] = _processors()
     info["missing"] = _missing(info)
     return info
 
@@ -238,6 +239,46 @@ def _compile(info: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _torchvision() -> tuple[str | None, str | None]:
+    """(version, import error) of torchvision; (None, None) when it is not installed.
+
+    transformers decides by ``find_spec`` and the version alone, so a torchvision that is installed
+    but does not import beside this torch (a wheel built for another torch) still switches its
+    processors to the torchvision branch - and then fails; doctor imports it to tell the two apart.
+    """
+    if importlib.util.find_spec("torchvision") is None:
+        return None, None
+    version = package_version("torchvision")
+    try:
+        import torchvision
+
+        return version or str(getattr(torchvision, "__version__", "?")), None
+    except Exception as exc:  # a torch/torchvision mismatch raises RuntimeError or ImportError
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return version or "?", f"{type(exc).__name__}: {first}"
+
+
+def _processors() -> dict[str, Any]:
+    """How transformers will load Qwen-Image-Edit's ``Qwen2VLProcessor`` here.
+
+    With torchvision installed transformers also builds the processor's video processor and reads
+    ``processor/video_preprocessor_config.json`` (the published folders have it); without it difforge
+    drops the unused video slot.  A folder that loads on a CPU box without torchvision can therefore
+    fail on a CUDA machine with it (the 2026-12-04 H200 run): doctor says which case this machine is.
+    """
+    from .models.qwen_edit.folder import VIDEO_PROCESSOR_FILE, processor_builds_video
+
+    version, error = _torchvision()
+    builds_video = _safe(processor_builds_video)
+    if version is None:
+        note = (f"torchvision not installed: Qwen2-VL processors load without a video processor here; a folder"
+                f" lacking processor/{VIDEO_PROCESSOR_FILE} loads here but not where torchvision is installed")
+    else:
+        note = (f"torchvision {version} installed: transformers' Qwen2-VL processor (Qwen-Image-Edit) also builds"
+                f" a video processor, so a model folder's processor/ needs {VIDEO_PROCESSOR_FILE}")
+    return {"torchvision": version, "torchvision_error": error, "qwen2vl_builds_video": builds_video, "note": note}
+
+
 def _missing(info: dict[str, Any]) -> list[str]:
     """One actionable line per missing piece."""
     from .devices.compile import CPP_COMPILERS
@@ -285,6 +326,13 @@ def _missing(info: dict[str, Any]) -> list[str]:
         )
     if npu["importable"] and not comp["torchair"]["available"]:
         lines.append("torchair: not importable -- torch.compile on the NPU falls back to eager")
+    proc = info["processors"]
+    if proc["torchvision_error"]:
+        lines.append(
+            f"torchvision: {proc['torchvision']} is installed but does not import ({proc['torchvision_error']}) --"
+            " transformers still takes its torchvision branch and Qwen-Image-Edit's processor fails to load;"
+            " install the torchvision built for this torch, or uninstall it"
+        )
     return lines
 
 
@@ -358,6 +406,15 @@ def render_doctor(info: dict[str, Any]) -> str:
             ["C++ compiler", comp["cpp_compiler"] or "not found"],
         ]
     )
+
+    section("Processors")
+    proc = info["processors"]
+    tv = proc["torchvision"] or "not installed"
+    if proc["torchvision_error"]:
+        tv += f" (does not import: {proc['torchvision_error']})"
+    video = {True: "yes", False: "no", None: "unknown (transformers did not answer)"}[proc["qwen2vl_builds_video"]]
+    table([["torchvision", tv], ["Qwen2-VL video processor", video]])
+    out.append(f"  {proc['note']}")
 
     section("Missing")
     if info["missing"]:

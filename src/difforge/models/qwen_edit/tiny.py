@@ -106,10 +106,13 @@ def qwen_tokenizer(merges: list[tuple[str, str]] | None = None):  # noqa: ANN201
 
 
 def _processor(tokenizer):
-    from transformers import Qwen2VLImageProcessorPil, Qwen2VLProcessor
+    import transformers
+    from transformers import Qwen2VLProcessor
 
     apply_processor_shim()
-    image_processor = Qwen2VLImageProcessorPil(
+    # The PIL backend needs no torchvision; before transformers 5.x's backend split it was the default class.
+    pil_class = getattr(transformers, "Qwen2VLImageProcessorPil", None) or transformers.Qwen2VLImageProcessor
+    image_processor = pil_class(
         patch_size=14, temporal_patch_size=2, merge_size=2, min_pixels=56 * 56, max_pixels=56 * 56 * 4
     )
     return Qwen2VLProcessor(image_processor=image_processor, tokenizer=tokenizer)
