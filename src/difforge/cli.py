@@ -518,6 +518,9 @@ def capture_command(
     guidance_trunc: Annotated[float | None, typer.Option(help="Guidance off once t >= this.")] = None,
     true_cfg: Annotated[float | None, typer.Option(help="True classifier-free guidance scale.")] = None,
     negative_prompt: Annotated[str | None, typer.Option(help="Negative prompt.")] = None,
+    golden: Annotated[Path | None, typer.Option(
+        help="A golden bundle (difforge golden --out): teacher-force the device on its reference states; then judge "
+             "with validate --capture OUT --golden G.")] = None,
     clean: Annotated[bool, typer.Option(
         "--clean", help="State that this is an unmodified port (a device kit's run): tests/fixtures/captures/ then "
                         "requires its judgement to PASS.")] = False,
@@ -538,7 +541,7 @@ def capture_command(
         transformer=str(transformer) if transformer else None, compile=use_compile, fast=fast or [],
         disable=disable or [], offload=offload, vae_tiling=vae_tiling, num_frames=num_frames, guidance=guidance,
         guidance_trunc=guidance_trunc, true_cfg=true_cfg, negative_prompt=negative_prompt, out=str(out), quiet=quiet,
-        clean=clean,
+        golden=str(golden) if golden else None, clean=clean,
     )
     size = result.manifest.get("bytes", 0) / (1 << 20)
     typer.echo(f"capture: {result.out} ({size:.1f} MiB, {result.seconds:.0f} s)")

@@ -133,6 +133,25 @@ def test_post_network_fault_in_a_qwen_edit_capture_fails(tmp_path: Path) -> None
     assert any(v["verdict"] == "FAIL" for stages in post for v in stages.values()), post
 
 
+def test_a_capture_teacher_forced_on_a_golden_bundle_is_judged_against_it(clean_ursa: Path, tmp_path: Path) -> None:
+    """capture --golden G: the device replays the golden reference's states; validate --capture C --golden G then
+    computes nothing of the reference (both halves made elsewhere).  Clean PASS, broken FAIL; a capture made on
+    its own states, or on another bundle, is refused with that bundle."""
+    golden = tmp_path / "golden"
+    res = _cli("golden", "--model", "tiny-ursa", "--dtype", "bfloat16", *SIZE, "--quiet", "--out", str(golden))
+    assert res.returncode == 0, res.stderr[-2000:]
+    clean = _capture("tiny-ursa", tmp_path / "clean", "none", "--golden", str(golden))
+    code, data = _judge(clean, tmp_path / "rc", "--golden", str(golden))
+    assert code == 0 and data["verdict"] == "PASS", _rungs(data)
+    assert "golden bundle" in data["floor_label"] and data["capture"]["device"] == "cpu bfloat16"
+    broken = _capture("tiny-ursa", tmp_path / "broken", "embedding_shift", "--golden", str(golden))
+    code, data = _judge(broken, tmp_path / "rb", "--golden", str(golden))
+    assert code == 1 and _rungs(data)["component"] == "FAIL" and _rungs(data)["step"] == "FAIL", _rungs(data)
+    res = _cli("validate", "--capture", str(clean_ursa), "--golden", str(golden), "--out", str(tmp_path / "r"))
+    _one_line_refusal(res, "own states")
+    assert not (tmp_path / "r").exists()
+
+
 # ---- refusals --------------------------------------------------------------------------------------------
 def _one_line_refusal(res: subprocess.CompletedProcess[str], *words: str) -> None:
     assert res.returncode == 2, (res.returncode, res.stderr[-2000:])

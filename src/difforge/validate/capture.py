@@ -49,9 +49,10 @@ from .bundle import (
     image_hash,
     weight_hashes,
 )
-from .captured import CAPTURED, prompt_set_digest, reduced_outputs, run_key
+from .captured import CAPTURED, bundle_digest, prompt_set_digest, reduced_outputs, run_key
 from .environment import fingerprint
 from .floor import module_dtypes
+from .golden import Golden, check_dtype_plan, check_settings, open_golden
 from .ladder import Ladder, short_error
 from .opstore import store_capture
 from .options import ValidateOptions
@@ -126,10 +127,7 @@ def _trace_data(trace: StepTrace, reducer: Reducer) -> dict[str, Any]:
 
 
 def refuse_options(options: ValidateOptions) -> None:
-    """What a capture cannot take (exit 2): the judge's options, and the ones not built for it yet."""
-    if options.golden:
-        raise InputError("capture --golden is not supported: capture the device on its own states, then judge it "
-                         "with 'difforge validate --capture C' (it computes the reference and the floor).")
+    """What a capture cannot take (exit 2): the options not built for it."""
     if options.msprobe:
         raise InputError("--msprobe is not supported with a capture: validate on the device with --msprobe instead.")
     if options.parallel != "none":
@@ -147,15 +145,23 @@ def make_capture(options: ValidateOptions, log: Any = None, clean: bool = False)
     t_start = time.perf_counter()
     options.check()
     refuse_options(options)
+    golden = open_golden(options) if options.golden else None  # its files, weights, inputs: before anything loads
     lad = RecordingLadder(options)
+    if golden is not None:
+        check_settings(golden, options, lad)
+        _golden_inputs(lad, golden)
     folder, _family = resolve_model(options.model)
     lad.prepare_inputs()
     say(f"load {options.model} on {lad.dut_label}")
     pipe, record = lad.load(lad.dut_backend, lad.dut_dtype, options.op_overrides, dut=True)
     lad.check_size(pipe)
+    if golden is not None:
+        check_dtype_plan(golden, lad.probe(pipe))
     lad.make_out_dir()
     try:
-        writer = lad.writer = BundleWriter(lad.work, Reducer())
+        # with a golden bundle, its sampling plan: the judge compares against the golden's stored samples
+        reducer = Reducer(dict(golden.bundle.reducer.plans), frozen=True) if golden is not None else Reducer()
+        writer = lad.writer = BundleWriter(lad.work, reducer)
         lad.dut_pipe = pipe
         inputs = [writer.image(img, f"inputs/input_{k}.png") for k, img in enumerate(lad.images)]
         lad.image_paths = [str(lad.work / name) for name in inputs]
@@ -164,7 +170,7 @@ def make_capture(options: ValidateOptions, log: Any = None, clean: bool = False)
                 for name, m in probe.modules().items()}
         data: dict[str, Any] = {"load_record": json.loads(record.to_json()), "size_multiple": int(probe.size_multiple),
                                 "block_names": [name for name, _ in probe.transformer_blocks()]}
-        memory = _record_device(lad, pipe, record, data, say)
+        memory = _record_device(lad, pipe, record, data, say, golden)
         manifest = {
             "format": CAPTURE_FORMAT, "format_version": FORMAT_VERSION, "difforge": __version__,
             "torch": torch.__version__, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -181,6 +187,8 @@ def make_capture(options: ValidateOptions, log: Any = None, clean: bool = False)
             "environment": fingerprint(lad.dut_backend, lad.dut_backend, manifest_config(options)),
             "dtype_plan": plan,
             "clean": bool(clean),
+            "golden": {"digest": bundle_digest(golden.bundle.folder), "created": golden.bundle.manifest.get("created")}
+            if golden is not None else None,
             "notes": list(lad.notes),
         }
         manifest = writer.finish(manifest, data)
@@ -191,12 +199,25 @@ def make_capture(options: ValidateOptions, log: Any = None, clean: bool = False)
     return CaptureResult(Path(options.out), manifest, time.perf_counter() - t_start)
 
 
+def _golden_inputs(lad: Ladder, golden: Golden) -> None:
+    """Prompts and pictures not given are the golden bundle's (the ones its reference ran on)."""
+    inputs = golden.bundle.manifest["inputs"]
+    if not lad.o.prompts:
+        lad.prompts = list(inputs["prompts"])
+    if not lad.o.images and inputs["images"]:
+        lad.image_paths = [str(golden.bundle.path(x["file"])) for x in inputs["images"]]
+
+
 def manifest_config(options: ValidateOptions) -> dict[str, Any]:
     return {name: getattr(options, name) for name in CAPTURED}
 
 
-def _record_device(lad: RecordingLadder, pipe: Any, record: RunRecord, data: dict[str, Any], say: Any) -> int | None:
-    """Validate's device-side stages, in validate's order, kept in ``data`` and the recorded runs."""
+def _record_device(lad: RecordingLadder, pipe: Any, record: RunRecord, data: dict[str, Any], say: Any,
+                   golden: Golden | None = None) -> int | None:
+    """Validate's device-side stages, in validate's order, kept in ``data`` and the recorded runs.
+
+    ``golden``: the device is teacher-forced on the golden bundle's reference states and fed its component
+    inputs (its reference holds no sampler or post-network step, so none is kept)."""
     writer = lad.writer
     assert writer is not None
     o = lad.o
@@ -223,20 +244,23 @@ def _record_device(lad: RecordingLadder, pipe: Any, record: RunRecord, data: dic
     probe = lad.probe(pipe)
     reduce_out, reduce_block = writer.reducer.output, writer.reducer.block
     data["states"], data["steps"] = {}, {}
+    states: dict[int, list[dict[str, torch.Tensor]]] = {}
     for seed, trace in traces.items():
         cfg = lad.dut_cfg(seed=seed)
-        say(f"seed {seed}: {len(trace.inputs)} teacher-forced steps at the device's own states")
-        data["states"][str(seed)] = writer.put([dict(x) for x in trace.inputs], f"seed{seed}/states")
+        states[seed] = golden.ref.trajectory(cfg).trace.inputs if golden is not None else trace.inputs
+        whose = "the golden bundle's reference" if golden is not None else "the device's own"
+        say(f"seed {seed}: {len(states[seed])} teacher-forced steps at {whose} states")
+        data["states"][str(seed)] = writer.put([dict(x) for x in states[seed]], f"seed{seed}/states")
         steps = []
-        for i, inputs in enumerate(trace.inputs):
+        for i, inputs in enumerate(states[seed]):
             with capture_blocks(probe, reduce=lambda t: _compact(reduce_block(t), probe.dtype)) as (_n, blocks):
                 out = probe.forward_step(cfg, i, inputs)
             step = {"out": writer.put(reduced_outputs(out, reduce_out), f"seed{seed}/step{i}/out"),
                     "blocks": writer.put(blocks, f"seed{seed}/step{i}/blocks")}
-            sampler = _sampler(probe, cfg, i, inputs, out, lad.notes)
+            sampler = _sampler(probe, cfg, i, inputs, out, lad.notes) if golden is None else None
             if sampler is not None:
                 step["sampler"] = writer.put(reduced_outputs(sampler, reduce_out), f"seed{seed}/step{i}/sampler")
-            post = _post_network(probe, cfg, i, inputs, out, lad.notes)
+            post = _post_network(probe, cfg, i, inputs, out, lad.notes) if golden is None else None
             if post is not None:
                 step["post"] = {"teacher": writer.put(out, f"seed{seed}/step{i}/teacher"),
                                 "out": writer.put(reduced_outputs(post, reduce_out), f"seed{seed}/step{i}/post")}
@@ -245,14 +269,14 @@ def _record_device(lad: RecordingLadder, pipe: Any, record: RunRecord, data: dic
     cfg0 = climb.cfg0
     say("components")
     try:
-        comp_inputs = probe.component_inputs(cfg0)
+        comp_inputs = (golden.ref.component_inputs(cfg0) if golden is not None else probe.component_inputs(cfg0))
     except NotImplementedError:
         comp_inputs = {}
     data["components"] = {"inputs": writer.put(comp_inputs, "components/inputs"), "outputs": {
         name: writer.put(reduce_out(probe.run_component(name, kw)), f"components/dut/{name}")
         for name, kw in comp_inputs.items()}}
     say("operator calls (step 0 and each component)")
-    first = climb.smoke_trace.inputs[0] if climb.smoke_trace.inputs else None
+    first = states[o.seed][0] if states.get(o.seed) else None
     data["operator"] = _operators(lad, probe, cfg0, first, climb.dut.record.adaptations)
     data["family"] = str(probe.family)
     stream = getattr(probe, "portable_stream", None)

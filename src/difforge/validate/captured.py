@@ -394,8 +394,23 @@ class Captured:
                 "weights": len(m.get("weights", {}))}
 
     def digest(self) -> str:
-        """sha256 of the bundle's SHA256SUMS: one name for every byte of the capture."""
-        return hashlib.sha256((self.bundle.folder / "SHA256SUMS").read_bytes()).hexdigest()
+        return bundle_digest(self.bundle.folder)
+
+    def check_golden(self, golden: Any) -> None:
+        """``--golden`` with ``--capture``: the device must have been teacher-forced on that very bundle's states
+        (and its outputs sampled by its plan), so ``capture --golden`` with the same bundle is required."""
+        made_with = (self.manifest.get("golden") or {}).get("digest")
+        if made_with is None:
+            raise CaptureError(f"--capture {self.bundle.folder} was made on the device's own states, not on a golden "
+                               "bundle's: judge it without --golden, or capture with --golden G.")
+        if made_with != bundle_digest(golden.bundle.folder):
+            raise CaptureError(f"--capture {self.bundle.folder} was teacher-forced on another golden bundle than "
+                               f"--golden {golden.bundle.folder}; give the bundle the capture was made with.")
+
+
+def bundle_digest(folder: Path) -> str:
+    """sha256 of a bundle's SHA256SUMS: one name for every byte of it."""
+    return hashlib.sha256((Path(folder) / "SHA256SUMS").read_bytes()).hexdigest()
 
 
 def open_capture(options: Any, probe_type: Any) -> Captured:
@@ -444,5 +459,5 @@ def capture_images(captured: Captured) -> tuple[list[str], list[Image.Image]]:
     return paths, load_images(paths) if paths else []
 
 
-__all__ = ["CAPTURED", "CaptureError", "CaptureProbe", "Captured", "CapturedBackend", "CapturedPipe", "JudgeSide",
+__all__ = ["CAPTURED", "bundle_digest", "CaptureError", "CaptureProbe", "Captured", "CapturedBackend", "CapturedPipe", "JudgeSide",
            "judge_options", "open_capture", "run_key"]

@@ -218,6 +218,8 @@ def run_validation(options: ValidateOptions, write_report: ReportWriter, group: 
             from .msprobe_view import check_golden
 
             check_golden(golden, options.golden)
+        if captured is not None:
+            captured.check_golden(golden)
     lad = Ladder(options, golden_ref=golden.reference if golden is not None else None, group=group,
                  dut_backend=captured.backend if captured is not None else None)
     scanned = _scan_source(options.scan_source, lad.dut_backend.device.type) if options.scan_source else None
@@ -234,7 +236,7 @@ def run_validation(options: ValidateOptions, write_report: ReportWriter, group: 
            _load_side(lad, lad.dut_backend, lad.dut_dtype, kind, options.op_overrides, dut=True))
     if dut.pipe is not None:
         lad.check_size(dut.pipe)
-        if golden is not None:
+        if golden is not None and captured is None:  # a capture made with --golden was checked on the device
             check_dtype_plan(golden, lad.probe(dut.pipe))
     ref = _load_side(lad, lad.ref_backend, lad.ref_dtype, kind) if golden is None else _Side(record=RunRecord(kind=kind))
     lad.ref = ref.pipe
@@ -287,8 +289,7 @@ def _probe_type(model: str) -> Any:
 
 def _refuse_with_capture(options: ValidateOptions) -> None:
     """What ``--capture`` cannot be combined with (exit 2, one line, before anything loads)."""
-    for flag, given in (("--golden", options.golden), ("--msprobe", options.msprobe),
-                        ("--parallel", options.parallel != "none")):
+    for flag, given in (("--msprobe", options.msprobe), ("--parallel", options.parallel != "none")):
         if given:
             raise InputError(f"{flag} cannot be combined with --capture: the device's half was made by 'difforge "
                              "capture'; judge it alone (the reference and the floor are computed here).")
@@ -588,7 +589,7 @@ class _Climb:
         operator_dut = dut
         if self.golden is not None:  # the device's outputs reduced like the bundle's samples
             ref, floor, dut = self.golden.ref, self.golden.floor, Reduced(dut, self.golden.bundle.reducer)
-        if self.captured is not None:  # the reference and floor fed the capture's inputs, reduced like its samples
+        elif self.captured is not None:  # the reference and floor fed the capture's inputs, reduced like its samples
             ref, floor = self.captured.side(ref), self.captured.side(floor)
         t0 = prog.start("operator rung")
         first = runs.step_runs[0][1].inputs[0] if runs.step_runs and runs.step_runs[0][1].inputs else None
