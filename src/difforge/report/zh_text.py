@@ -119,6 +119,10 @@ EXACT: dict[str, str] = {
     "floor one-step disagreement": "噪声基线单步 token 不一致率",
     "one-step disagreement (no floor)": "单步 token 不一致率（无噪声基线）",
     "tokens not judged: no noise floor": "token 未判定：没有噪声基线",
+    "end-to-end rmse / floor": "端到端 RMSE / 噪声基线",
+    "informative on a shared stream: the picture's tokens are judged step by step and its pixels from the device's "
+    "own tokens (the rows below)":
+        "共享随机流上仅供参考：图像的 token 按步判定，像素按被测设备自身的 token 判定（见下方各行）",
     "informative: one early near-boundary draw changes every later step of a free run, so the final tokens are "
     "judged step by step (the row 'tokens step by step')":
         "仅供参考：自由运行中早期一次落在边界附近的抽样会改变之后每一步，因此 token 按步判定（见“逐步 token”一行）",
@@ -367,11 +371,11 @@ SOURCES_ZH: dict[str, tuple[str, str]] = {
     ),
     "difforge-allowance": (
         "difforge（推导）",
-        "噪声基线自身误差约为 0 时让比值保持有限的绝对容许值（msprobe 在此给出默认值 10000）：算子级的 RMSE 基线抬升到 "
-        "该 dtype 一次舍入的误差（对数均匀尾数下 RMS 为 0.42 * 2^-p；fp32 取 msprobe 的 32 ULP 阈值），最大相对误差"
-        "基线抬升到 2^-3 * 2^-p / 小值域边界（H200 上干净的 bf16 group_norm 统计量以 bf16 保存，在边界处达到 1.05），"
-        "小值误差抬升到 msprobe 的双 N 占比；组件级/逐步验证的 rel-L2 基线抬升到 1e-4，图像基线抬升到 1 个灰度级，"
-        "token 基线抬升到 2 %（至少一个 token），语义基线抬升到 N 的 10 %（至少一个提示词）",
+        "噪声基线自身误差约为 0 时让比值保持有限的绝对容许值（msprobe 在此给出默认值 10000）：算子级的噪声基线抬升到该 "
+        "dtype 一次舍入的代价——RMSE 0.42 * 2^-p（对数均匀尾数下的 RMS），最大相对误差 2^-p（float32 两者均乘 32，即 "
+        "msprobe ULP 标准的 32 ULP 阈值），小值误差为元素数的 1/warn-N（bf16/fp16 为 0.1 %，即 msprobe 的 ULP 占比 "
+        "0.001）；组件级/逐步验证的 rel-L2 基线抬升到 1e-4，图像基线抬升到 1 个灰度级，token 基线抬升到 2 %（至少一个 "
+        "token），语义基线抬升到 N 的 10 %（至少一个提示词）",
     ),
     "peak-table": (
         "厂商数据手册",
@@ -693,6 +697,7 @@ rule(r"tokens step by step along the device's path: worst (?P<d>NUM)% differ fro
      r"(?P<f>NUM)%; (?P<r>NUM)x floor \+ allowance\)",
      "沿被测设备自身路径逐步比对 token：最多 {d}% 与参考的同一步不同（噪声基线 {f}%；为噪声基线 + 容许量的 {r} 倍）")
 rule(r"(?P<seed>seed \d+ )?tokens step by step", "{seed}逐步 token")
+rule(r"(?P<seed>seed \d+ )?image (?P<k>\d+) from the device's tokens", "{seed}由被测设备 token 解码的图像 {k}")
 # Qwen-Image-Edit's stages after the network, and every other step output (issue 25)
 rule(r"(?P<where>.+); after the network: (?P<stage>guided|latents_next|vae_input)", "{where}；网络之后：{stage}",
      where=_t)
