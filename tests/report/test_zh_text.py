@@ -265,6 +265,10 @@ EXACT_EXAMPLES: list[tuple[str, str]] = [
      '仅供参考：自由运行中早期一次落在边界附近的抽样会改变之后每一步，因此 token 按步判定（见“逐步 token”一行）'),
     ("tokens not judged: the sides drew from the reference's CPU stream, which falls out of step between them (judged on the portable Philox stream: --fast philox-rng)",
      'token 未判定：各方从参考的 CPU 随机流抽样，彼此会失去同步（在可移植的 Philox 流上判定：--fast philox-rng）'),
+    ('end-to-end rmse / floor',
+     '端到端 RMSE / 噪声基线'),
+    ("informative on a shared stream: the picture's tokens are judged step by step and its pixels from the device's own tokens (the rows below)",
+     '共享随机流上仅供参考：图像的 token 按步判定，像素按被测设备自身的 token 判定（见下方各行）'),
 ]
 
 #: PATTERNS: sentences as the rungs, the ladder, the runner and the pipelines build them (numbers and names
@@ -682,6 +686,8 @@ PATTERN_EXAMPLES: list[tuple[str, str]] = [
      '<= 2 PASS，<= 3 WARN（容许量 0.188）'),
     ('seed 3 tokens step by step',
      'seed 3 逐步 token'),
+    ("seed 1 image 0 from the device's tokens",
+     'seed 1 由被测设备 token 解码的图像 0'),
     ("tokens step by step along the device's path: worst 7.8% differ from the reference's step (floor 4.7%; 1.17x floor + allowance)",
      '沿被测设备自身路径逐步比对 token：最多 7.8% 与参考的同一步不同（噪声基线 4.7%；为噪声基线 + 容许量的 1.17 倍）'),
     ("image RMSE at most 0.95x the emulated bfloat16 on cpu float32 kernels floor (PSNR 15.3 dB worst); tokens step by step along the device's path: worst 7.8% differ from the reference's step (floor 4.7%; 1.17x floor + allowance)",

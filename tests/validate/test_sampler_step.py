@@ -135,3 +135,23 @@ def test_the_token_rule_is_finite_on_a_zero_floor(dut: float, floor: float, n: i
     assert token_allowance(n) == max(0.005, 3 / n)
     assert judge_ratio(ratio) is verdict
     assert token_disagreement_ratio(float("nan"), 0.0, n) != token_disagreement_ratio(float("nan"), 0.0, n)
+
+
+def test_a_clean_validation_on_the_shared_stream_judges_the_path_and_its_pixels(tmp_path: Any) -> None:
+    """tiny-ursa bf16 on the Philox stream (the accelerators' default), seed 2: when measured, its floor drew
+    exactly the reference's final tokens while the clean device differed in 4 of 16, so the end-to-end picture
+    sat at 46x the floor's (zero) error.  That ratio is reported; the tokens step by step and the pixels from
+    the device's own tokens are judged, and PASS."""
+    from difforge.validate import ValidateOptions
+
+    from .ladder_run import run_validation
+
+    result = run_validation(ValidateOptions(model="tiny-ursa", device="cpu", dtype="bfloat16", quick=True, seed=2,
+                                            height=64, width=64, rounds=1, warmup=0, fast=["philox-rng"],
+                                            quiet=True, out=tmp_path / "out"))
+    traj = result.rungs["trajectory"]
+    assert traj.verdict is Verdict.PASS and result.rungs["step"].verdict is Verdict.PASS, traj.summary
+    subjects = {r.subject: r for r in traj.rows}
+    judged = {s for s, r in subjects.items() if any(m.verdict is not None for m in r.measurements)}
+    assert {"tokens step by step", "image 0 from the device's tokens"} <= judged
+    assert "image 0" not in judged

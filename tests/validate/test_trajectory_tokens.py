@@ -125,3 +125,48 @@ def test_shared_stream_asks_the_probe() -> None:
 
     assert shared_stream(Portable(), CFG) is True
     assert shared_stream(object(), CFG) is False
+
+
+# ---- the pixels from the device's own tokens ----------------------------------------------------------
+def picture(tokens: torch.Tensor, shift: int = 0) -> Image.Image:
+    """A 'decode': one 2x2 patch per token, its grey level from the code (plus ``shift`` levels)."""
+    grid = (tokens.reshape(8, 8).to(torch.int64) * 2 + shift).clamp(0, 255).to(torch.uint8)
+    return Image.fromarray(grid.repeat_interleave(2, 0).repeat_interleave(2, 1).numpy()).convert("RGB")
+
+
+class Decoding(Side):
+    def __init__(self, k: int = 0, shift: int = 0) -> None:
+        super().__init__(k)
+        self.shift = shift
+
+    def decode_tokens(self, cfg: RunConfig, tokens: torch.Tensor) -> list[Image.Image]:
+        return [picture(tokens, self.shift)]
+
+
+def decoded_run(side: Side, shift: int) -> TrajectoryRun:
+    run = run_of(side)
+    return TrajectoryRun([picture(run.trace.final()["tokens"], shift)], run.trace)
+
+
+@pytest.mark.parametrize(("dut_shift", "verdict"), [(1, Verdict.PASS), (12, Verdict.FAIL)])
+def test_the_pixels_are_judged_from_the_devices_own_tokens(dut_shift: int, verdict: Verdict) -> None:
+    """The device's picture against the reference's decode of the device's final tokens: which tokens were
+    drawn does not enter (the device flipped 1 token a step, the floor none); the decode path does."""
+    ref, floor = Decoding(0), Decoding(0, shift=1)
+    dut_run = decoded_run(Side(1), dut_shift)
+    runs = [(0, dut_run, decoded_run(ref, 0), decoded_run(floor, 1))]
+    result = trajectory_rung(runs, "test floor", True, StepReplay(ref, floor, {0: CFG}))
+    row = row_named(result, "image 0 from the device's tokens")
+    assert row.get("rmse_levels") == pytest.approx(dut_shift, rel=0.02)
+    assert row.verdict is verdict and result.verdict is verdict
+    end_to_end = row_named(result, "image 0")
+    assert all(m.verdict is None for m in end_to_end.measurements if "rmse" in m.name)
+    assert "informative" in end_to_end.note
+
+
+def test_on_the_reference_stream_the_end_to_end_picture_stays_judged() -> None:
+    ref, floor = Decoding(0), Decoding(0, shift=1)
+    runs = [(0, decoded_run(Side(0), 1), decoded_run(ref, 0), decoded_run(floor, 1))]
+    result = trajectory_rung(runs, "test floor", False, StepReplay(ref, floor, {0: CFG}))
+    assert row_named(result, "image 0").get("rmse / floor") == pytest.approx(1.0)
+    assert row_named(result, "image 0 from the device's tokens").verdict is Verdict.PASS

@@ -97,6 +97,11 @@ class Probe(Protocol):
         all network (Qwen's velocity) has none: the step rung then judges the network output alone."""
         raise NotImplementedError
 
+    def decode_tokens(self, cfg: RunConfig, tokens: Tensor) -> list[Any]:
+        """A discrete model's pictures (PIL images) of a run's final ``tokens``, as the run returns them: the
+        trajectory rung judges the device's pictures against the reference's decode of the same tokens."""
+        raise NotImplementedError
+
     def portable_stream(self, cfg: RunConfig) -> bool:
         """Whether a run of ``cfg`` draws from a stream that gives every device the same numbers, so its
         discrete outputs can be compared one by one (default: the family has none to compare)."""

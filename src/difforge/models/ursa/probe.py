@@ -19,6 +19,7 @@ from contextlib import nullcontext
 from typing import Any, ClassVar
 
 import torch
+from PIL import Image
 from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -247,6 +248,15 @@ class URSAProbe:
                 out["rate"] = cpu_copy(flat[keep.to(flat.device)], torch.float32)
             out["tokens"] = sched.step(z, i, steps, x, draws).cpu()
         return out
+
+    def decode_tokens(self, cfg: RunConfig, tokens: Tensor) -> list[Image.Image]:
+        """The pictures this pipeline's VAE makes of a run's final ``tokens`` ``[B, N]``, as a run returns them
+        (one per frame): the trajectory rung compares the device's pictures with the reference's decode of the
+        device's own tokens, so the decode path is judged apart from which tokens were drawn."""
+        pipe = self.pipeline
+        pipe.place_vae(pipe.device)
+        frames = pipe.decode_tokens(tokens.reshape(-1, *pipe.latent_shape(cfg)).to(torch.int64))
+        return [Image.fromarray(f) for f in frames.reshape(-1, *frames.shape[2:])]
 
     def modules(self) -> dict[str, nn.Module]:
         return {"transformer": self.pipeline.transformer, "vae": self.pipeline.vae}
