@@ -16,6 +16,9 @@ block's output, for first-divergence); the component outputs on the inputs the d
 operator rung's traced calls (inputs, outputs: :mod:`.opstore`) and the probe's fused-op cases; the
 FLOPs, the module dtype plan the judge's emulated floor rounds to; and the device's environment.
 
+With ``--golden G`` the device is teacher-forced on the golden bundle's reference states instead, fed its
+component inputs and sampled by its plan, so ``validate --capture C --golden G`` computes neither side.
+
 Outputs larger than the bundle limits are kept as the fixed sample of :class:`~.bundle.Reducer`
 (its plan is stored, and the judge reduces the reference and floor with it).  The probe's operator
 cases (fused kernels a trace cannot see) carry their reference and floor, computed on the capturing

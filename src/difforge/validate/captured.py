@@ -225,7 +225,7 @@ class CaptureProbe:
     def _post_network_step(self, cfg: RunConfig, i: int, inputs: dict[str, torch.Tensor],
                            teacher: dict[str, torch.Tensor], **_kw: Any) -> dict[str, torch.Tensor]:
         """The device's post-network step at its state ``i``, fed its own outputs there (``teacher``: the
-        judge feeds the reference and floor the same stored outputs, :meth:`JudgeSide.post_network_step`)."""
+        judge feeds the reference and floor the same stored outputs, :class:`JudgeSide`)."""
         return dict(self._step(cfg, i)["post"]["out"])
 
     def teacher(self, cfg: RunConfig, i: int) -> dict[str, torch.Tensor]:
@@ -244,7 +244,8 @@ class CaptureProbe:
         return steps[i]
 
     def states(self, seed: int) -> list[dict[str, torch.Tensor]]:
-        """The device's own recorded inputs of every step of ``seed``'s free run (the teacher-forcing states)."""
+        """The teacher-forcing states of ``seed``: the device's own recorded inputs of every step of its free run
+        (a capture made with ``--golden``: the golden reference's)."""
         return list(self.bundle.data["states"][str(seed)])
 
     def forward_step(self, cfg: RunConfig, i: int, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
