@@ -23,7 +23,8 @@ MSPROBE_PY    := $(MSPROBE_VENV)/bin/python
 MSPROBE_STAMP := $(MSPROBE_VENV)/.installed
 MSPROBE_TESTS := tests/validate/test_msprobe.py
 
-.PHONY: demo test test-parity test-msprobe msprobe-venv lint bench-tiny clean venv train-shapes
+.PHONY: demo test test-parity test-msprobe msprobe-venv lint bench-tiny clean venv train-shapes device-kit \
+	device-kit-check test-oldest oldest-venv
 
 # Retrain the shapes models (seeded, CPU; docs/shapes-training.md has the times; CI never trains).
 SHAPES_WEIGHTS := src/difforge/models/weights
@@ -66,6 +67,38 @@ $(MSPROBE_STAMP): $(STAMP)
 test-msprobe: $(MSPROBE_STAMP)
 	$(MSPROBE_PY) -m pytest -p no:cacheprovider --durations=5 $(MSPROBE_TESTS)
 
+# The offline device kit (docs/device-kit.md): wheels for a GPU machine with torch and no package index
+# (CPython 3.12, manylinux x86_64) + run.sh, in the ignored .kit/.  On the device tool: carry [".kit"], run
+# `bash .kit/run.sh` (benchmarks/gpu_session.sh does it first).  device-kit-check proves here that a kit
+# installs with pip --no-index into a clean venv holding only torch, then runs doctor and generate from it.
+KIT := .kit
+device-kit: $(STAMP)
+	$(PY) scripts/device_kit.py --out $(KIT)
+
+device-kit-check: $(STAMP)
+	bash scripts/device_kit_check.sh
+
+# The oldest versions pyproject.toml accepts (constraints-oldest.txt), in their own virtualenv layered on
+# .venv like the msprobe one: the Qwen-Image-Edit loader and pipeline tests on them.
+OLDEST_VENV  := .venv-oldest
+OLDEST_PY    := $(OLDEST_VENV)/bin/python
+OLDEST_STAMP := $(OLDEST_VENV)/.installed
+OLDEST_TESTS := tests/models/qwen_edit/test_tiny_builds.py tests/models/qwen_edit/test_processor_layout.py \
+	tests/models/qwen_edit/test_pipeline.py tests/models/qwen_edit/test_folder_checks.py tests/models/test_trained.py
+
+oldest-venv: $(OLDEST_STAMP)
+
+$(OLDEST_STAMP): $(STAMP) constraints-oldest.txt
+	test -x $(OLDEST_PY) || $(PY) -m venv $(OLDEST_VENV)
+	$(PY) -c 'import sysconfig; print("import site; site.addsitedir(%r)" % sysconfig.get_paths()["purelib"])' \
+	  > "$$($(OLDEST_PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/_difforge_base.pth"
+	$(OLDEST_PY) -m pip install -q -c constraints-oldest.txt diffusers transformers
+	$(OLDEST_PY) -c 'import diffusers, transformers; print("diffusers", diffusers.__version__, "transformers", transformers.__version__)'
+	touch $@
+
+test-oldest: $(OLDEST_STAMP)
+	DIFFORGE_HOME=$(CURDIR)/.difforge-home-oldest $(OLDEST_PY) -m pytest -p no:cacheprovider --durations=5 $(OLDEST_TESTS)
+
 lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks scripts
 
@@ -74,4 +107,4 @@ bench-tiny: $(STAMP)
 	$(PY) -m benchmarks.bench_qwen_edit --tiny
 
 clean:
-	rm -rf $(VENV) $(MSPROBE_VENV) demo-out .difforge-home .difforge-home-* .pytest_cache
+	rm -rf $(VENV) $(MSPROBE_VENV) $(OLDEST_VENV) $(KIT) demo-out .difforge-home .difforge-home-* .pytest_cache
