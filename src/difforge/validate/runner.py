@@ -620,7 +620,7 @@ class _Climb:
         else:
             label = lad.floor_label
             shared = shared_stream(dut, self.cfg0)  # discrete tokens are judged only on a shared stream
-            live = self.golden is None and self.captured is None and ref is not None  # can replay any state
+            live = self.golden is None and ref is not None  # can replay any state (a capture's judge too)
             replay = StepReplay(ref, floor, {cfg.seed: cfg for cfg, _ in runs.step_runs}) if live else None
             rungs["trajectory"] = _guard("trajectory", lambda: trajectory_rung(runs.traj, label, shared, replay))
         prog.done(rungs["trajectory"], t0)
