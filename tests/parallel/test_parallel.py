@@ -35,6 +35,7 @@ from difforge.cli import app
 from difforge.config import RunConfig
 from difforge.devices import CPUBackend, CUDABackend, NPUBackend
 from difforge.errors import InputError
+from difforge.models.tiny import TINY_VERSIONS
 from difforge.runtime import parallel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -286,7 +287,7 @@ def test_edit_plus_ulysses_equals_one_process(tmp_path: Path) -> None:
     home = tmp_path / "home"  # the ranks build the built-in model themselves, both at once
     results = _launch(args, tmp_path, DIFFORGE_TEST_LATENTS=str(tmp_path / "latents"), DIFFORGE_HOME=str(home))
     assert [code for code, _, _ in results] == [0, 0], results
-    built = home / "models" / "tiny-qwen-edit-plus-v1"
+    built = home / "models" / f"tiny-qwen-edit-plus-{TINY_VERSIONS['tiny-qwen-edit-plus']}"
     assert (built / "text_encoder" / "config.json").is_file()  # a rank 1 building inside the group wrote none
     assert not [p.name for p in built.parent.iterdir() if p.name.startswith(".")]  # no build left half-done
     lat0, lat1 = (torch.load(tmp_path / f"latents.rank{r}") for r in (0, 1))

@@ -29,7 +29,8 @@ TINY_MODELS = {
 }
 
 #: Bump a builder's version whenever its output bytes change, so caches rebuild.
-TINY_VERSION = "v2"  # v2: the Qwen processor/ folder in the published layout (video config)
+#: Qwen v2: processor/ in the published layout (preprocessor + video preprocessor configs).
+TINY_VERSIONS = {"tiny-ursa": "v1", "tiny-ursa-video": "v1", "tiny-qwen-edit": "v2", "tiny-qwen-edit-plus": "v2"}
 
 
 def _builder(name: str) -> Callable[[Path], None]:
@@ -49,7 +50,7 @@ def _builder(name: str) -> Callable[[Path], None]:
 
 
 def tiny_path(name: str) -> Path:
-    return difforge_home() / "models" / f"{name}-{TINY_VERSION}"
+    return difforge_home() / "models" / f"{name}-{TINY_VERSIONS[name]}"
 
 
 def ensure_tiny(name: str) -> Path:
