@@ -6,7 +6,10 @@ Runs, each as its own subprocess through the real CLI (``python -m tests.validat
   false alarm;
 * every planted fault of :mod:`tests.validate.faults` on every model (``--faults``, ``--models``):
   a fault that fired and ends in FAIL is caught; WARN or PASS is missed; a fault that never fired
-  is "not reached" (the model never calls that function in bf16/fp16) and counts for neither.
+  is "not reached" (the model never calls that function in bf16/fp16) and counts for neither, nor does
+  one that fired but is "inert": not FAIL, the device's pictures byte-identical to the clean run of the
+  same model and seed and every accuracy measurement both reports hold equal (a swapped ``a - b`` whose
+  result is squared, an ``exp`` whose result is never read: no check can see what changed nothing).
 
 Localisation (issue 10: the first divergent layer named for >= 70 % of the faults that sit in the
 transformer): before the runs, :func:`tests.validate.localisation.expected_blocks` replays one
@@ -35,6 +38,7 @@ run names the quantity that came nearest to failing it: for a missed fault, the 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -64,6 +68,8 @@ MODEL_ARGS: dict[str, list[str]] = {
 #: still compares two runs), the accuracy rungs are untouched.
 COMMON_ARGS = ["--device", "cpu", "--dtype", "bfloat16", "--quick", "--rounds", "1", "--warmup", "0", "--quiet"]
 SHORT = {"PASS": "P", "WARN": "W", "FAIL": "F", "SKIP": "S"}
+#: Rungs whose measurements say what a fault changed (the others hold timings and memory).
+ACCURACY_RUNGS = ("operator", "component", "step", "trajectory", "semantic")
 _BOUND = re.compile(r"(<=|>=|<|>)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)")
 
 
@@ -93,6 +99,12 @@ class Run:
     #: Where the fault first fires in a teacher-forced bf16 transformer forward
     #: (:meth:`tests.validate.localisation.FirstFire.to_dict`); None when not measured.
     expected: dict[str, Any] | None = None
+    #: sha256 of each picture the device made (``images/device_*.png``), and every numeric measurement of
+    #: the accuracy rungs by ``rung/row/name``: what :meth:`same_results` compares with the clean baseline.
+    device_images: dict[str, str] = field(default_factory=dict)
+    values: dict[str, float] = field(default_factory=dict)
+    #: Fired, not FAIL, and nothing it could change did (see the module docstring); None: not judged.
+    inert: bool | None = None
 
     @property
     def clean(self) -> bool:
@@ -106,6 +118,12 @@ class Run:
     def new_fail_rungs(self) -> list[str]:
         """Rungs this run FAILs that its clean baseline (same model and seed) does not."""
         return [k for k in self.fail_rungs if k not in (self.baseline_fail or [])]
+
+    def same_results(self, base: Run) -> bool:
+        """This run's device pictures and accuracy measurements equal ``base``'s (nothing to compare: False)."""
+        shared = set(self.values) & set(base.values)
+        return (bool(self.device_images) and self.device_images == base.device_images and bool(shared)
+                and all(self.values[k] == base.values[k] for k in shared))
 
     @property
     def outcome(self) -> str:
@@ -121,7 +139,7 @@ class Run:
         if not self.fired:
             return "not reached"
         if self.verdict != "FAIL":
-            return "missed"
+            return "inert" if self.inert else "missed"
         if self.baseline_fail and not self.new_fail_rungs:
             return "unattributed"
         return "caught"
@@ -234,6 +252,13 @@ def read_report(run: Run) -> None:
             if c is not None and math.isfinite(c) and (closest is None or c > closest["closeness"]):
                 closest = {"rung": key, **q}
     run.closest = closest
+    run.values = {f"{key}/{row.get('subject')}/{m.get('name')}": float(m["value"])
+                  for key, rung in (data.get("rungs") or {}).items() if key in ACCURACY_RUNGS
+                  for row in rung.get("rows") or [] for m in row.get("measurements") or []
+                  if numeric(m.get("value")) is not None and not math.isnan(float(m["value"]))}
+    images = Path(run.out) / "images"
+    run.device_images = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+                         for p in sorted(images.glob("device_*.png"))} if images.is_dir() else {}
     step = (data.get("rungs") or {}).get("step") or {}
     loc = (step.get("data") or {}).get("localisation")
     run.localisation = ({k: loc.get(k) for k in ("step", "seed", "first_divergent", "after_blocks")}
@@ -415,11 +440,13 @@ def link_baselines(runs: list[Run]) -> None:
         base = clean.get((r.model, r.seed))
         if not r.clean and base is not None:
             r.baseline_fail = base.fail_rungs
+            if r.fired and r.verdict not in (None, "FAIL"):
+                r.inert = r.same_results(base)
 
 
 def summary(runs: list[Run]) -> dict[str, Any]:
     faulted = [r for r in runs if not r.clean]
-    fired = [r for r in faulted if r.fired]
+    fired = [r for r in faulted if r.fired and r.outcome != "inert"]
     clean = [r for r in runs if r.clean]
     return {
         "fault_runs": len(faulted),
@@ -429,6 +456,7 @@ def summary(runs: list[Run]) -> dict[str, Any]:
         "missed_warn": sum(r.verdict == "WARN" for r in fired),
         "missed_pass": sum(r.verdict == "PASS" for r in fired),
         "not_reached": [f"{r.model}/{r.fault}" for r in faulted if r.verdict is not None and not r.fired],
+        "inert": [f"{r.model}/{r.fault}" for r in faulted if r.outcome == "inert"],
         "missed": [f"{r.model}/{r.fault} ({r.verdict})" for r in fired if r.outcome == "missed"],
         "clean_runs": len(clean),
         "false_alarm_fail": sum(r.verdict == "FAIL" for r in clean),
@@ -455,7 +483,7 @@ def summary_lines(s: dict[str, Any]) -> list[str]:
     lines = [
         f"caught: {s['caught']} / {s['fired']} fired fault runs FAIL (missed: {s['missed_warn']} WARN, "
         f"{s['missed_pass']} PASS; unattributed: {len(s['unattributed'])}; {len(s['not_reached'])} of "
-        f"{s['fault_runs']} fault runs not reached)",
+        f"{s['fault_runs']} fault runs not reached, {len(s.get('inert') or [])} inert)",
         f"false alarms: {s['false_alarm_fail'] + s['false_alarm_warn']} / {s['clean_runs']} clean runs "
         f"({s['false_alarm_fail']} FAIL, {s['false_alarm_warn']} WARN)",
     ]
@@ -469,6 +497,9 @@ def summary_lines(s: dict[str, Any]) -> list[str]:
                      + ", ".join(s["unattributed"]))
     if s["not_reached"]:
         lines.append("not reached: " + ", ".join(s["not_reached"]))
+    if s.get("inert"):
+        lines.append("inert (fired, changed no picture and no measurement of the clean run; counted neither way): "
+                     + ", ".join(s["inert"]))
     if s["errors"]:
         lines.append("errors (no report): " + "; ".join(s["errors"]))
     lines.append(f"run time: {s['seconds']:.0f} s of subprocess time in all")

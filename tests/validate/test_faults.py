@@ -15,6 +15,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -225,3 +226,47 @@ def test_a_longer_euler_step_fails_qwen_validate_at_its_stage(tmp_path: Path) ->
     assert json.loads((tmp_path / "fault.json").read_text())["fired"] > 0
     step = json.loads((tmp_path / "r" / "report.json").read_text())["rungs"]["step"]
     assert step["verdict"] == "FAIL" and "after the network: latents_next" in step["summary"]
+
+
+# ---- the sweep's reading of runs ---------------------------------------------------------------------
+def _sweep_module() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fault_sweep", ROOT / "scripts" / "fault_sweep.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("fault_sweep", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _report(folder: Path, verdict: str, ratio: float, picture: bytes, wall_s: float) -> None:
+    """A minimal report folder: one judged step ratio, one timing, the device's picture."""
+    (folder / "images").mkdir(parents=True)
+    (folder / "images" / "device_seed0.png").write_bytes(picture)
+    rows = {"step": [{"subject": "step 0", "measurements": [
+        {"name": "rel_l2 / floor", "value": ratio, "threshold": "<= 2 PASS, <= 3 WARN", "verdict": verdict}]}],
+        "smoke": [{"subject": "denoise", "measurements": [{"name": "wall_s", "value": wall_s}]}]}
+    (folder / "report.json").write_text(json.dumps(
+        {"verdict": verdict, "rungs": {k: {"verdict": verdict, "rows": v} for k, v in rows.items()}}))
+
+
+@pytest.mark.parametrize(("verdict", "ratio", "picture", "outcome"), [
+    ("PASS", 1.25, b"clean", "inert"),  # only the timing differs: the fault changed nothing validate sees
+    ("PASS", 1.26, b"clean", "missed"),  # a measurement moved: a miss, however small
+    ("PASS", 1.25, b"other", "missed"),  # the picture changed
+    ("FAIL", 1.25, b"clean", "caught"),
+])
+def test_the_sweep_calls_a_fired_fault_inert_only_when_it_changed_nothing(
+        tmp_path: Path, verdict: str, ratio: float, picture: bytes, outcome: str) -> None:
+    sweep = _sweep_module()
+    _report(tmp_path / "clean", "PASS", 1.25, b"clean", 0.5)
+    _report(tmp_path / "fault", verdict, ratio, picture, 0.9)
+    clean = sweep.Run("tiny-ursa", "none", 0, str(tmp_path / "clean"), exit_code=0, fired=0)
+    run = sweep.Run("tiny-ursa", "cat_swap", 0, str(tmp_path / "fault"), exit_code=int(verdict == "FAIL"), fired=3)
+    for r in (clean, run):
+        sweep.read_report(r)
+    sweep.link_baselines([clean, run])
+    assert run.outcome == outcome
+    s = sweep.summary([clean, run])
+    assert s["fired"] == (0 if outcome == "inert" else 1) and len(s["inert"]) == (outcome == "inert")
