@@ -23,5 +23,6 @@ export PYTHONPATH=$W/site DIFFORGE_HOME=$W/home HF_HUB_OFFLINE=1 TRANSFORMERS_OF
 "$VPY" -c "import difforge; assert difforge.__file__.startswith('$W/site/'), difforge.__file__; print('difforge from', difforge.__file__)"
 "$VPY" -m difforge doctor
 "$VPY" -m difforge generate --model tiny-ursa --prompt "a red circle" --output "$W/tiny-ursa.png"
-"$VPY" -m pip list --format=freeze | diff "$W/venv-before.txt" - && echo "the venv itself still holds only torch and its own requirements"
+PYTHONPATH= "$VPY" -m pip list --format=freeze | diff "$W/venv-before.txt" -   # set -e: any change fails the check
+echo "the venv itself still holds only torch and its own requirements"
 echo "device-kit-check: OK ($W)"
