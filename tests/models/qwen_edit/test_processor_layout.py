@@ -143,3 +143,14 @@ def test_check_processor_files_names_the_missing_file(tmp_path: Path, monkeypatc
     monkeypatch.setattr(folder_checks, "processor_builds_video", lambda: False)
     (proc / VIDEO_PROCESSOR_FILE).unlink()
     check_processor_files(proc)  # no video branch: the folder loads, nothing to refuse
+
+
+def test_memory_estimate_reads_the_published_layout(tmp_path: Path) -> None:
+    """The estimate's vision settings come from preprocessor_config.json (published) or the nested form (transformers 5)."""
+    from difforge.models.qwen_edit.memory import VISION_DEFAULTS, processor_settings
+
+    folder = trained_path("shapes-qwen-edit")
+    settings = processor_settings(folder)
+    assert settings["max_pixels"] == 12544 != VISION_DEFAULTS["max_pixels"]  # the folder's, not the defaults
+    nested = old_layout(folder, tmp_path)
+    assert processor_settings(nested) == settings
