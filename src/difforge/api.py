@@ -284,12 +284,15 @@ def capture(**options: Any) -> Any:
     from rich.console import Console
 
     from .validate import ValidateOptions
+    from .validate.budget import parse_bytes
     from .validate.capture import make_capture
 
     clean = bool(options.pop("clean", False))
+    max_bytes = parse_bytes(options.pop("max_bytes", None))  # "1M", "1MiB" or bytes; None: validate's own caps
     opts = ValidateOptions(**options)
     console = None if opts.quiet else Console(file=sys.stderr)
-    return make_capture(opts, log=(lambda msg: console.print(msg, highlight=False)) if console else None, clean=clean)
+    return make_capture(opts, log=(lambda msg: console.print(msg, highlight=False)) if console else None, clean=clean,
+                        max_bytes=max_bytes)
 
 
 def _reference_device(reference: str | None) -> str:

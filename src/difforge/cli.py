@@ -524,6 +524,10 @@ def capture_command(
     clean: Annotated[bool, typer.Option(
         "--clean", help="State that this is an unmodified port (a device kit's run): tests/fixtures/captures/ then "
                         "requires its judgement to PASS.")] = False,
+    max_bytes: Annotated[str | None, typer.Option(
+        "--max-bytes", help="Fit the whole bundle in this size (e.g. 1M = 10^6 bytes, 1MiB): fewer operator calls, "
+                            "smaller sub-calls and samples, in a fixed order the manifest records; exit 2 naming the "
+                            "size needed if even the tightest caps do not fit.  Default: validate's own caps.")] = None,
     quiet: Quiet = False,
 ) -> None:
     """Run the device under test's half of a validation here and keep it (for validate --capture elsewhere).
@@ -541,9 +545,9 @@ def capture_command(
         transformer=str(transformer) if transformer else None, compile=use_compile, fast=fast or [],
         disable=disable or [], offload=offload, vae_tiling=vae_tiling, num_frames=num_frames, guidance=guidance,
         guidance_trunc=guidance_trunc, true_cfg=true_cfg, negative_prompt=negative_prompt, out=str(out), quiet=quiet,
-        golden=str(golden) if golden else None, clean=clean,
+        golden=str(golden) if golden else None, clean=clean, max_bytes=max_bytes,
     )
-    size = result.manifest.get("bytes", 0) / (1 << 20)
+    size = sum(p.stat().st_size for p in Path(result.out).rglob("*") if p.is_file()) / (1 << 20)
     typer.echo(f"capture: {result.out} ({size:.1f} MiB, {result.seconds:.0f} s)")
 
 

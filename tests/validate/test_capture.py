@@ -29,6 +29,8 @@ from difforge.models.registry import resolve_model
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "captures"
 SIZE = ["--height", "64", "--width", "64", "--quick"]
+#: The device kit's budget per capture (eight in its 8 MB tarball): most tests below capture under it.
+BUDGET = ["--max-bytes", "1M"]
 DEVICE = ["--device", "cpu", "--dtype", "bfloat16", "--rounds", "1", "--warmup", "0", "--no-speed-table", "--quiet"]
 
 
@@ -86,8 +88,40 @@ def test_clean_ursa_capture_passes_when_judged_in_another_process(clean_ursa: Pa
     assert data["rungs"]["benchmark"]["data"]["memory_after_load_bytes"] == manifest["device"]["memory_after_load"]
 
 
+def _bundle_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def test_budgeted_clean_ursa_capture_fits_and_passes(tmp_path: Path) -> None:
+    """--max-bytes 1M (the device kit's): every file of the bundle together within 10^6 bytes, the caps it used
+    in the manifest and the report, and still PASS on every rung."""
+    capture = _capture("tiny-ursa", tmp_path / "c", "none", *BUDGET)
+    assert _bundle_bytes(capture) <= 10**6
+    budget = json.loads((capture / "manifest.json").read_text())["budget"]
+    assert budget["max_bytes"] == 10**6 and budget["level"] >= 1 and budget["calls_per_op"] == 1, budget
+    code, data = _judge(capture, tmp_path / "r")
+    assert code == 0 and data["verdict"] == "PASS", _rungs(data)
+    assert {_rungs(data)[k] for k in ("operator", "component", "step", "trajectory", "determinism")} == {"PASS"}
+    assert data["capture"]["budget"] == budget
+    assert any("--max-bytes 1000000" in note and budget["caps"] in note for note in data["notes"]), data["notes"]
+
+
+def test_impossible_budget_is_one_line_naming_the_size_needed(tmp_path: Path) -> None:
+    out = tmp_path / "c"
+    res = _cli("capture", "--model", "tiny-ursa", *DEVICE, *SIZE, "--max-bytes", "20KiB", "--out", str(out))
+    _one_line_refusal(res, "--max-bytes 20480 is too small", "needs")
+    need = int(res.stderr.split("needs ")[1].split()[0])
+    assert need > 20480 and not out.exists()
+    res = _cli("capture", "--model", "tiny-ursa", *DEVICE, *SIZE, "--max-bytes", "1 parsec", "--out", str(out))
+    _one_line_refusal(res, "--max-bytes", "not a size")
+    assert not out.exists()
+
+
 def test_broken_ursa_capture_fails(tmp_path: Path) -> None:
-    capture = _capture("tiny-ursa", tmp_path / "c", "embedding_shift")
+    """Under the kit's budget: one call per op type and sampled outputs still see a shifted embedding on every
+    rung that looks at it, and the sampled block outputs still locate it."""
+    capture = _capture("tiny-ursa", tmp_path / "c", "embedding_shift", *BUDGET)
+    assert _bundle_bytes(capture) <= 10**6
     code, data = _judge(capture, tmp_path / "r")
     assert code == 1 and data["verdict"] == "FAIL"
     rungs = _rungs(data)
@@ -98,14 +132,16 @@ def test_broken_ursa_capture_fails(tmp_path: Path) -> None:
 
 
 def test_qwen_edit_capture_passes_clean_and_fails_broken(tmp_path: Path) -> None:
-    clean = _capture("tiny-qwen-edit", tmp_path / "clean")
+    """Both under the kit's budget (--max-bytes 1M)."""
+    clean = _capture("tiny-qwen-edit", tmp_path / "clean", "none", *BUDGET)
+    assert _bundle_bytes(clean) <= 10**6
     code, data = _judge(clean, tmp_path / "rc")
     assert code == 0 and data["verdict"] == "PASS", _rungs(data)
     assert {_rungs(data)[k] for k in ("operator", "component", "step", "trajectory")} == {"PASS"}
     point = data["rungs"]["step"]["data"]["seeds"][0]["steps"][0]
     assert set(point["post_network"]) >= {"latents_next", "vae_input"}  # fed the device's own stored outputs
     assert {"cond_pred", "uncond_pred"} <= set(point["outputs"])
-    broken = _capture("tiny-qwen-edit", tmp_path / "broken", "linear_noise")
+    broken = _capture("tiny-qwen-edit", tmp_path / "broken", "linear_noise", *BUDGET)
     code, data = _judge(broken, tmp_path / "rb")
     assert code == 1 and data["verdict"] == "FAIL"
     rungs = _rungs(data)
@@ -115,7 +151,7 @@ def test_qwen_edit_capture_passes_clean_and_fails_broken(tmp_path: Path) -> None
 def test_sampler_fault_in_an_ursa_capture_fails(tmp_path: Path) -> None:
     """exp computed as 2**x in URSA's jump probability: only the sampler step (the judge's sampler run on the
     device's stored logits and targets) sees it."""
-    capture = _capture("tiny-ursa", tmp_path / "c", "exp_base2")
+    capture = _capture("tiny-ursa", tmp_path / "c", "exp_base2", *BUDGET)
     code, data = _judge(capture, tmp_path / "r")
     assert code == 1 and _rungs(data)["step"] == "FAIL", _rungs(data)
     sampler = [p.get("sampler", {}) for p in data["rungs"]["step"]["data"]["seeds"][0]["steps"]]
@@ -126,7 +162,7 @@ def test_sampler_fault_in_an_ursa_capture_fails(tmp_path: Path) -> None:
 def test_post_network_fault_in_a_qwen_edit_capture_fails(tmp_path: Path) -> None:
     """The true-CFG direction reversed after the network: the network's outputs are clean, so only the
     post-network stages (fed the device's own stored outputs on every side) can see it."""
-    capture = _capture("tiny-qwen-edit", tmp_path / "c", "cfg_sub_swap")
+    capture = _capture("tiny-qwen-edit", tmp_path / "c", "cfg_sub_swap", *BUDGET)
     code, data = _judge(capture, tmp_path / "r")
     assert code == 1 and _rungs(data)["step"] == "FAIL", _rungs(data)
     post = [p.get("post_network", {}) for p in data["rungs"]["step"]["data"]["seeds"][0]["steps"]]
@@ -312,3 +348,45 @@ def test_every_kept_device_capture_is_judged(clean_ursa: Path, tmp_path: Path) -
         assert data["capture"]["device"] == manifest["device"]["label"]
         if manifest.get("clean"):
             assert code == 0 and data["verdict"] == "PASS", (capture.name, _rungs(data), data["verdict_reasons"])
+
+
+# ---- the byte budget's parts ------------------------------------------------------------------------------------
+def test_max_bytes_units() -> None:
+    from difforge.errors import InputError
+    from difforge.validate.budget import parse_bytes
+
+    assert parse_bytes("1M") == parse_bytes("1MB") == 10**6 and parse_bytes("1MiB") == 2**20
+    assert parse_bytes("8000000") == 8 * 10**6 and parse_bytes("1.5k") == 1500 and parse_bytes(None) is None
+    for bad in ("", "1X", "-1M", "0", "M"):
+        with pytest.raises(InputError):
+            parse_bytes(bad)
+
+
+def test_size_estimate_is_what_finish_writes(tmp_path: Path) -> None:
+    """The budget is checked on :meth:`BundleWriter.size` before writing: it must be the bytes written, and a
+    rolled-back part (tensors and sampling plans) must leave nothing behind."""
+    from PIL import Image
+
+    from difforge.validate.bundle import CAPTURE_FORMAT, BundleWriter, Reducer
+
+    writer = BundleWriter(tmp_path, Reducer(limits={"block_full": 16, "block_sample": 8}))
+    data = {"a": writer.put({"x": torch.ones(3, 5, dtype=torch.bfloat16), "n": [1, 2.5, None]}, "a"),
+            "img": writer.image(Image.new("RGB", (8, 8), (200, 10, 10)), "images/x.png")}
+    mark = writer.mark()
+    data["b"] = writer.put(writer.reducer.block(torch.arange(100.0)), "b")
+    assert data["b"]["__tensor__"] in writer.tensors and writer.reducer.plans
+    writer.rollback(mark)
+    assert set(writer.tensors) == {"a/x"} and not writer.reducer.plans
+    writer.reducer.block_sample = 4
+    data["b"] = writer.put(writer.reducer.block(torch.arange(100.0)), "b")
+    assert writer.tensors["b"].numel() == 4
+    manifest = {"format": CAPTURE_FORMAT, "format_version": 1, "difforge": __import__("difforge").__version__,
+                "created": "2026-12-04T00:00:00Z"}
+    need = writer.size(manifest, data)
+    writer.finish(manifest, data)
+    written = sum(p.stat().st_size for p in tmp_path.rglob("*") if p.is_file())
+    assert need >= written and need - written <= 64, (need, written)
+    from difforge.validate.bundle import open_bundle
+
+    back = open_bundle(tmp_path, fmt=CAPTURE_FORMAT, flag="--capture")
+    assert back.reducer.limits["block_sample"] == 4 and back.reducer.block(torch.arange(100.0)).numel() == 4

@@ -54,6 +54,8 @@ BLOCK_FULL = 1 << 16
 BLOCK_SAMPLE = 1 << 13
 #: A bundle refuses to grow past this (tensors and images together).
 MAX_BYTES = 4 << 30
+#: The default sampling limits (:class:`Reducer`); a bundle stores the ones it was written with.
+LIMITS = {"full": FULL_LIMIT, "sample": SAMPLE, "block_full": BLOCK_FULL, "block_sample": BLOCK_SAMPLE}
 
 
 class GoldenError(InputError):
@@ -75,9 +77,20 @@ class Reducer:
     know is returned whole, and the comparison then reports the shape mismatch).
     """
 
-    def __init__(self, plans: dict[str, torch.Tensor] | None = None, frozen: bool = False) -> None:
+    def __init__(self, plans: dict[str, torch.Tensor] | None = None, frozen: bool = False,
+                 limits: dict[str, int] | None = None) -> None:
         self.plans: dict[str, torch.Tensor] = dict(plans or {})
         self.frozen = frozen
+        lim = {**LIMITS, **(limits or {})}
+        #: This bundle's limits (a capture under ``--max-bytes`` keeps fewer block elements): stored with the
+        #: plans, so the judge cuts its side exactly where the bundle's writer cut.
+        self.full, self.sample = int(lim["full"]), int(lim["sample"])
+        self.block_full, self.block_sample = int(lim["block_full"]), int(lim["block_sample"])
+
+    @property
+    def limits(self) -> dict[str, int]:
+        return {"full": self.full, "sample": self.sample, "block_full": self.block_full,
+                "block_sample": self.block_sample}
 
     @staticmethod
     def key(kind: str, shape: tuple[int, ...]) -> str:
@@ -94,43 +107,62 @@ class Reducer:
 
     def output(self, t: torch.Tensor) -> torch.Tensor:
         """A step or component output: whole up to FULL_LIMIT, else sampled rows (or elements)."""
-        if not isinstance(t, torch.Tensor) or t.numel() <= FULL_LIMIT:
+        if not isinstance(t, torch.Tensor) or t.numel() <= self.full:
             return t
         shape = tuple(t.shape)
         last = shape[-1] if t.dim() >= 2 else 0
-        if 0 < last <= SAMPLE // 16:
+        if 0 < last <= self.sample // 16:
             rows = t.numel() // last
-            idx = self._plan("rows", shape, rows, max(1, SAMPLE // last))
+            idx = self._plan("rows", shape, rows, max(1, self.sample // last))
             return t if idx is None else t.reshape(rows, last)[idx].contiguous()
-        idx = self._plan("elements", shape, t.numel(), SAMPLE)
+        idx = self._plan("elements", shape, t.numel(), self.sample)
         return t if idx is None else t.reshape(-1)[idx].contiguous()
 
     def block(self, flat: torch.Tensor) -> torch.Tensor:
         """A flattened transformer-block output: whole up to BLOCK_FULL, else BLOCK_SAMPLE elements."""
-        if flat.numel() <= BLOCK_FULL:
+        if flat.numel() <= self.block_full:
             return flat
-        idx = self._plan("block", (flat.numel(),), flat.numel(), BLOCK_SAMPLE)
+        idx = self._plan("block", (flat.numel(),), flat.numel(), self.block_sample)
         return flat if idx is None else flat[idx].contiguous()
 
 
 # ---- nested values <-> JSON + tensors ---------------------------------------------------------
-def pack(value: Any, key: str, tensors: dict[str, torch.Tensor]) -> Any:
-    """``value`` as JSON, its tensors moved into ``tensors`` under keys derived from ``key``."""
+def _content(t: torch.Tensor) -> tuple[str, tuple[int, ...], str]:
+    """A stored tensor's identity by content (dtype, shape, sha256 of its bytes)."""
+    import hashlib
+
+    raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+    return str(t.dtype), tuple(t.shape), hashlib.sha256(raw).hexdigest()
+
+
+def pack(value: Any, key: str, tensors: dict[str, torch.Tensor],
+         seen: dict[tuple[str, tuple[int, ...], str], str] | None = None) -> Any:
+    """``value`` as JSON, its tensors moved into ``tensors`` under keys derived from ``key``.
+
+    ``seen`` (content -> name): a tensor equal in dtype, shape and bytes to one already stored is stored once and
+    named twice (a run's step inputs are also its teacher-forcing states; a step's outputs, the teacher of its
+    post-network step): the reader gets equal tensors, the bundle holds their bytes once."""
     if isinstance(value, torch.Tensor):
+        t = value.detach().to("cpu").contiguous().clone()
+        ident = _content(t) if seen is not None else None
+        if ident is not None and ident in seen and seen[ident] in tensors:
+            return {"__tensor__": seen[ident]}
         name = key
         n = 1
         while name in tensors:
             n += 1
             name = f"{key}#{n}"
-        tensors[name] = value.detach().to("cpu").contiguous().clone()
+        tensors[name] = t
+        if ident is not None:
+            seen[ident] = name
         return {"__tensor__": name}
     if isinstance(value, dict):
         if not all(isinstance(k, str) for k in value):
             raise TypeError(f"cannot store a dict with non-string keys at {key}")
-        return {"__dict__": {k: pack(v, f"{key}/{k}", tensors) for k, v in value.items()}}
+        return {"__dict__": {k: pack(v, f"{key}/{k}", tensors, seen) for k, v in value.items()}}
     if isinstance(value, list | tuple):
         return {"__tuple__" if isinstance(value, tuple) else "__list__":
-                [pack(v, f"{key}/{i}", tensors) for i, v in enumerate(value)]}
+                [pack(v, f"{key}/{i}", tensors, seen) for i, v in enumerate(value)]}
     if value is None or isinstance(value, bool | int | float | str):
         return value
     raise TypeError(f"cannot store a {type(value).__name__} at {key}")
@@ -203,11 +235,12 @@ class BundleWriter:
         self.tensors: dict[str, torch.Tensor] = {}
         self.files: list[Path] = []
         self.bytes = 0
+        self._seen: dict[tuple[str, tuple[int, ...], str], str] = {}
 
     def put(self, value: Any, key: str) -> Any:
         """Store ``value`` (nested dicts/lists of tensors and scalars); returns its JSON form."""
         before = set(self.tensors)
-        packed = pack(value, key, self.tensors)
+        packed = pack(value, key, self.tensors, self._seen)
         for name in set(self.tensors) - before:
             t = self.tensors[name]
             self.bytes += t.numel() * t.element_size()
@@ -224,6 +257,44 @@ class BundleWriter:
         self._check_size()
         return name
 
+    def mark(self) -> tuple[set[str], set[str], int, int]:
+        """A point to :meth:`rollback` to (a capture under a byte budget retries its bounded parts)."""
+        return set(self.tensors), set(self.reducer.plans), len(self.files), self.bytes
+
+    def rollback(self, mark: tuple[set[str], set[str], int, int]) -> None:
+        """Forget the tensors and sampling plans made since ``mark`` (files written since are deleted): a retry
+        with other limits makes its own plans."""
+        names, plans, files, nbytes = mark
+        for name in set(self.tensors) - names:
+            del self.tensors[name]
+        self._seen = {ident: name for ident, name in self._seen.items() if name in names}
+        for key in set(self.reducer.plans) - plans:
+            del self.reducer.plans[key]
+        for path in self.files[files:]:
+            path.unlink(missing_ok=True)
+        del self.files[files:]
+        self.bytes = nbytes
+
+    def size(self, manifest: dict[str, Any], data: dict[str, Any]) -> int:
+        """The bytes :meth:`finish` would write for ``manifest`` and ``data`` (every file of the bundle: the
+        safetensors file with its header, the JSON files, the pictures and SHA256SUMS), computed without writing."""
+        plans = {k: {"__tensor__": f"plans/{k}"} for k in self.reducer.plans}
+        tensors = {**self.tensors, **{f"plans/{k}": v for k, v in self.reducer.plans.items()}}
+        data = {**data, "plans": plans, "reducer": self.reducer.limits}
+        offset, header = 0, {}
+        for name in sorted(tensors):
+            t = tensors[name]
+            n = t.numel() * t.element_size()
+            header[name] = {"dtype": "BF16", "shape": list(t.shape), "data_offsets": [offset, offset + n]}
+            offset += n
+        head = len(json.dumps(header, separators=(",", ":"))) + 8
+        files = [len(json.dumps(data, separators=(",", ":"))),
+                 len(json.dumps({**manifest, "bytes": 10**12}, indent=2, default=str)),
+                 *(p.stat().st_size for p in self.files)]
+        names = [TENSORS, DATA, MANIFEST, *(p.relative_to(self.folder).as_posix() for p in self.files)]
+        sums = sum(64 + 2 + len(n) + 1 for n in names)
+        return offset + head + 8 + sum(files) + sums
+
     def _check_size(self) -> None:
         if self.bytes > MAX_BYTES:
             raise GoldenError(f"the golden bundle would exceed {MAX_BYTES >> 30} GiB; use fewer --steps, prompts "
@@ -232,10 +303,11 @@ class BundleWriter:
     def finish(self, manifest: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
         from safetensors.torch import save_file
 
-        data = {**data, "plans": {k: pack(v, f"plans/{k}", self.tensors) for k, v in self.reducer.plans.items()}}
+        data = {**data, "plans": {k: pack(v, f"plans/{k}", self.tensors) for k, v in self.reducer.plans.items()},
+                "reducer": self.reducer.limits}
         manifest = {**manifest, "bytes": self.bytes}
         save_file(self.tensors, str(self.folder / TENSORS))
-        (self.folder / DATA).write_text(json.dumps(data, indent=1), encoding="utf-8")
+        (self.folder / DATA).write_text(json.dumps(data, separators=(",", ":")), encoding="utf-8")
         (self.folder / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str), encoding="utf-8")
         names = [TENSORS, DATA, MANIFEST, *(p.relative_to(self.folder).as_posix() for p in self.files)]
         lines = [f"{sha256_file(self.folder / n)}  {n}" for n in sorted(names)]
@@ -253,7 +325,7 @@ class Bundle:
         self.manifest = manifest
         self.tensors = tensors
         self.data = unpack(data, tensors)
-        self.reducer = Reducer(self.data.get("plans", {}), frozen=True)
+        self.reducer = Reducer(self.data.get("plans", {}), frozen=True, limits=self.data.get("reducer"))
 
     def path(self, name: str) -> Path:
         return self.folder / name
@@ -356,6 +428,7 @@ __all__ = [
     "BLOCK_SAMPLE",
     "CAPTURE_FORMAT",
     "FULL_LIMIT",
+    "LIMITS",
     "SAMPLE",
     "Bundle",
     "BundleWriter",

@@ -43,6 +43,7 @@ from ..errors import InputError
 from ..models.registry import resolve_model
 from ..runtime.record import RunRecord
 from ..version import __version__
+from .budget import LEVELS, Level, too_small
 from .bundle import (
     CAPTURE_FORMAT,
     FORMAT_VERSION,
@@ -62,7 +63,7 @@ from .options import ValidateOptions
 from .runner import _Climb, _memory_now, _Progress, _Side
 from .semantic import QUICK_N as QUICK_SEMANTIC
 from .steps import StepTrace, capture_blocks
-from .tracing import CAPS, _flat, _pick, probe_captures
+from .tracing import _flat, _pick, probe_captures
 from .trajectory import LATENT_KEYS
 
 
@@ -137,13 +138,18 @@ def refuse_options(options: ValidateOptions) -> None:
         raise InputError("capture runs one device-under-test process: --parallel is not supported.")
 
 
-def make_capture(options: ValidateOptions, log: Any = None, clean: bool = False) -> CaptureResult:
+def make_capture(options: ValidateOptions, log: Any = None, clean: bool = False,
+                 max_bytes: int | None = None) -> CaptureResult:
     """Run the device under test through every stage validate needs from it; write the bundle to
     ``options.out`` (built in a hidden sibling, published whole; nothing is left on an error).
 
     ``clean``: the capturer states this is an unmodified port (a device kit's run); the manifest says so,
     and the fixture test (``tests/fixtures/captures/``) then requires the judge's PASS.  The judge never
-    reads it: a verdict is computed, not declared."""
+    reads it: a verdict is computed, not declared.
+
+    ``max_bytes``: the whole bundle (every file) fits it, by the first of :data:`.budget.LEVELS` that fits
+    (recorded in the manifest's ``budget``); none fits: InputError naming the size needed, nothing written.
+    None: validate's own caps, as without a budget."""
     say = log or (lambda _msg: None)
     t_start = time.perf_counter()
     options.check()
@@ -173,27 +179,32 @@ def make_capture(options: ValidateOptions, log: Any = None, clean: bool = False)
                 for name, m in probe.modules().items()}
         data: dict[str, Any] = {"load_record": json.loads(record.to_json()), "size_multiple": int(probe.size_multiple),
                                 "block_names": [name for name, _ in probe.transformer_blocks()]}
-        memory = _record_device(lad, pipe, record, data, say, golden)
-        manifest = {
-            "format": CAPTURE_FORMAT, "format_version": FORMAT_VERSION, "difforge": __version__,
-            "torch": torch.__version__, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "model": options.model, "options": {**manifest_config(options), "dtype": dtype_name(lad.dut_dtype)},
-            "weights": weight_hashes(folder, options.transformer),
-            "inputs": {"prompts": list(lad.prompts), "synthetic": lad.synthetic,
-                       "images": [{"file": n, "sha256": image_hash(img)} for n, img in zip(inputs, lad.images,
-                                                                                          strict=True)],
-                       "prompt_set": prompt_set_digest(lad.prompt_set)},
-            "device": {"label": lad.dut_label, "device": str(lad.dut_backend.device),
-                       "dtype": dtype_name(lad.dut_dtype), "name": lad.dut_backend.device_name(),
-                       "random_stream": lad.dut_backend.random_stream, "memory_after_load": memory,
-                       "describe": lad.dut_backend.describe()},
-            "environment": fingerprint(lad.dut_backend, lad.dut_backend, manifest_config(options)),
-            "dtype_plan": plan,
-            "clean": bool(clean),
-            "golden": {"digest": bundle_digest(golden.bundle.folder), "created": golden.bundle.manifest.get("created")}
-            if golden is not None else None,
-            "notes": list(lad.notes),
-        }
+        memory, bounded = _record_device(lad, pipe, record, data, say, golden)
+
+        def manifest_for(level: Level | None) -> dict[str, Any]:
+            return {
+                "format": CAPTURE_FORMAT, "format_version": FORMAT_VERSION, "difforge": __version__,
+                "torch": torch.__version__, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "model": options.model, "options": {**manifest_config(options), "dtype": dtype_name(lad.dut_dtype)},
+                "weights": weight_hashes(folder, options.transformer),
+                "inputs": {"prompts": list(lad.prompts), "synthetic": lad.synthetic,
+                           "images": [{"file": n, "sha256": image_hash(img)} for n, img in zip(inputs, lad.images,
+                                                                                              strict=True)],
+                           "prompt_set": prompt_set_digest(lad.prompt_set)},
+                "device": {"label": lad.dut_label, "device": str(lad.dut_backend.device),
+                           "dtype": dtype_name(lad.dut_dtype), "name": lad.dut_backend.device_name(),
+                           "random_stream": lad.dut_backend.random_stream, "memory_after_load": memory,
+                           "describe": lad.dut_backend.describe()},
+                "environment": fingerprint(lad.dut_backend, lad.dut_backend, manifest_config(options)),
+                "dtype_plan": plan,
+                "clean": bool(clean),
+                "golden": {"digest": bundle_digest(golden.bundle.folder),
+                           "created": golden.bundle.manifest.get("created")} if golden is not None else None,
+                "budget": None if level is None else level.describe(max_bytes),
+                "notes": list(lad.notes),
+            }
+
+        manifest = _fit(writer, data, bounded, manifest_for, max_bytes, say)
         manifest = writer.finish(manifest, data)
         lad.publish()
     except BaseException:
@@ -215,9 +226,35 @@ def manifest_config(options: ValidateOptions) -> dict[str, Any]:
     return {name: getattr(options, name) for name in CAPTURED}
 
 
+def _fit(writer: BundleWriter, data: dict[str, Any], bounded: Any, manifest_for: Any, max_bytes: int | None,
+         say: Any) -> dict[str, Any]:
+    """Store the bounded parts at the first level of caps whose whole bundle fits ``max_bytes`` and write it;
+    without a budget, at validate's own caps (manifest ``budget`` null)."""
+    if max_bytes is None:
+        bounded(LEVELS[0])
+        return writer.finish(manifest_for(None), data)
+    mark, need = writer.mark(), 0
+    for level in LEVELS:
+        bounded(level)
+        manifest = manifest_for(level)
+        need = writer.size(manifest, data)
+        if need <= max_bytes:
+            say(f"budget {max_bytes} B: {level.name} ({need} B)")
+            manifest = writer.finish(manifest, data)
+            written = sum(p.stat().st_size for p in writer.folder.rglob("*") if p.is_file())
+            if written > max_bytes:  # the estimate is exact up to JSON spacing; never publish past the budget
+                raise too_small(max_bytes, written)
+            return manifest
+        say(f"budget {max_bytes} B: {level.name} needs {need} B; lowering the caps")
+        writer.rollback(mark)
+    raise too_small(max_bytes, need)
+
+
 def _record_device(lad: RecordingLadder, pipe: Any, record: RunRecord, data: dict[str, Any], say: Any,
-                   golden: Golden | None = None) -> int | None:
-    """Validate's device-side stages, in validate's order, kept in ``data`` and the recorded runs.
+                   golden: Golden | None = None) -> tuple[int | None, Any]:
+    """Validate's device-side runs kept in ``data`` and the recorded runs; returns the memory after load and
+    the function that stores the bounded parts (teacher-forced steps with their block outputs, components,
+    operator calls) at a :class:`~.budget.Level` of caps, called once, or again after a rollback.
 
     ``golden``: the device is teacher-forced on the golden bundle's reference states and fed its component
     inputs (its reference holds no sampler or post-network step, so none is kept)."""
@@ -232,7 +269,7 @@ def _record_device(lad: RecordingLadder, pipe: Any, record: RunRecord, data: dic
     data["runs"] = lad.runs
     if smoke.verdict.name == "FAIL":  # the judge fails the smoke rung from the stored error and skips the rest
         say(f"the smoke run failed: {climb.dut.error}")
-        return memory
+        return memory, lambda level: None
     memory = _memory_now(lad.dut_backend)
     say(f"benchmark: {lad.warmup} warm-up, {lad.rounds} timed rounds" +
         (" and the speed table's rows" if o.speed_table else ""))
@@ -244,18 +281,57 @@ def _record_device(lad: RecordingLadder, pipe: Any, record: RunRecord, data: dic
         trace = StepTrace()
         lad.run(pipe, lad.dut_cfg(seed=seed), trace=trace)
         traces[seed] = trace
+    if lad.prompt_set is not None:
+        _semantic_runs(lad, pipe, say)
+    for k, prompt in enumerate(lad.prompts[1:], start=1):  # the gallery's other prompts (runner._Climb.gallery)
+        say(f"gallery prompt {k + 1}/{len(lad.prompts)}")
+        lad.run(pipe, lad.dut_cfg(prompt=prompt))
     probe = lad.probe(pipe)
-    reduce_out, reduce_block = writer.reducer.output, writer.reducer.block
-    data["states"], data["steps"] = {}, {}
+    cfg0 = climb.cfg0
+    data["family"] = str(probe.family)
+    stream = getattr(probe, "portable_stream", None)
+    data["portable_stream"] = bool(stream(cfg0)) if stream is not None else False
+    try:
+        data["flops"] = probe.flops_per_step(cfg0)
+    except NotImplementedError:
+        data["flops"] = None
     states: dict[int, list[dict[str, torch.Tensor]]] = {}
     for seed, trace in traces.items():
+        states[seed] = golden.ref.trajectory(lad.dut_cfg(seed=seed)).trace.inputs if golden is not None else trace.inputs
+
+    def bounded(level: Level) -> None:
+        writer.reducer.block_full, writer.reducer.block_sample = level.block_full, level.block_sample
+        _steps(lad, probe, states, data, golden, say)
+        say("components")
+        try:
+            comp_inputs = (golden.ref.component_inputs(cfg0) if golden is not None else probe.component_inputs(cfg0))
+        except NotImplementedError:
+            comp_inputs = {}
+        data["components"] = {"inputs": writer.put(comp_inputs, "components/inputs"), "outputs": {
+            name: writer.put(writer.reducer.output(probe.run_component(name, kw)), f"components/dut/{name}")
+            for name, kw in comp_inputs.items()}}
+        say("operator calls (step 0 and each component)")
+        first = states[o.seed][0] if states.get(o.seed) else None
+        data["operator"] = _operators(lad, probe, cfg0, first, climb.dut.record.adaptations, level)
+
+    return memory, bounded
+
+
+def _steps(lad: RecordingLadder, probe: Any, states: dict[int, list[dict[str, torch.Tensor]]], data: dict[str, Any],
+           golden: Golden | None, say: Any) -> None:
+    """Per seed, the teacher-forcing states and the device's outputs at each (with every block's output, its
+    sampler step and its post-network step with their teachers)."""
+    writer = lad.writer
+    assert writer is not None
+    reduce_out, reduce_block = writer.reducer.output, writer.reducer.block
+    data["states"], data["steps"] = {}, {}
+    for seed, seed_states in states.items():
         cfg = lad.dut_cfg(seed=seed)
-        states[seed] = golden.ref.trajectory(cfg).trace.inputs if golden is not None else trace.inputs
         whose = "the golden bundle's reference" if golden is not None else "the device's own"
-        say(f"seed {seed}: {len(states[seed])} teacher-forced steps at {whose} states")
-        data["states"][str(seed)] = writer.put([dict(x) for x in states[seed]], f"seed{seed}/states")
+        say(f"seed {seed}: {len(seed_states)} teacher-forced steps at {whose} states")
+        data["states"][str(seed)] = writer.put([dict(x) for x in seed_states], f"seed{seed}/states")
         steps = []
-        for i, inputs in enumerate(states[seed]):
+        for i, inputs in enumerate(seed_states):
             with capture_blocks(probe, reduce=lambda t: _compact(reduce_block(t), probe.dtype)) as (_n, blocks):
                 out = probe.forward_step(cfg, i, inputs)
             step = {"out": writer.put(reduced_outputs(out, reduce_out), f"seed{seed}/step{i}/out"),
@@ -269,31 +345,6 @@ def _record_device(lad: RecordingLadder, pipe: Any, record: RunRecord, data: dic
                                 "out": writer.put(reduced_outputs(post, reduce_out), f"seed{seed}/step{i}/post")}
             steps.append(step)
         data["steps"][str(seed)] = steps
-    cfg0 = climb.cfg0
-    say("components")
-    try:
-        comp_inputs = (golden.ref.component_inputs(cfg0) if golden is not None else probe.component_inputs(cfg0))
-    except NotImplementedError:
-        comp_inputs = {}
-    data["components"] = {"inputs": writer.put(comp_inputs, "components/inputs"), "outputs": {
-        name: writer.put(reduce_out(probe.run_component(name, kw)), f"components/dut/{name}")
-        for name, kw in comp_inputs.items()}}
-    say("operator calls (step 0 and each component)")
-    first = states[o.seed][0] if states.get(o.seed) else None
-    data["operator"] = _operators(lad, probe, cfg0, first, climb.dut.record.adaptations)
-    data["family"] = str(probe.family)
-    stream = getattr(probe, "portable_stream", None)
-    data["portable_stream"] = bool(stream(cfg0)) if stream is not None else False
-    try:
-        data["flops"] = probe.flops_per_step(cfg0)
-    except NotImplementedError:
-        data["flops"] = None
-    if lad.prompt_set is not None:
-        _semantic_runs(lad, pipe, say)
-    for k, prompt in enumerate(lad.prompts[1:], start=1):  # the gallery's other prompts (runner._Climb.gallery)
-        say(f"gallery prompt {k + 1}/{len(lad.prompts)}")
-        lad.run(pipe, lad.dut_cfg(prompt=prompt))
-    return memory
 
 
 def _compact(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -340,7 +391,7 @@ def _sampler(probe: Any, cfg: RunConfig, i: int, inputs: dict[str, torch.Tensor]
 
 
 def _operators(lad: RecordingLadder, probe: Any, cfg: RunConfig, first: dict[str, torch.Tensor] | None,
-               adaptations: list[Any]) -> dict[str, Any]:
+               adaptations: list[Any], level: Level = LEVELS[0]) -> dict[str, Any]:
     """The probe's fused-op cases and the traced calls of step 0 and each component (stored one at a time)."""
     writer = lad.writer
     assert writer is not None
@@ -348,14 +399,15 @@ def _operators(lad: RecordingLadder, probe: Any, cfg: RunConfig, first: dict[str
         return {"cases": [], "captures": []}
     cases, dtype = [], probe.dtype
     for c in probe.operator_cases(torch.device("cpu"), cfg, first, list(adaptations)):
-        # as a traced call: at most CAPS.outputs elements, the same fixed ones on every side
-        idx = _pick(c.dut.numel(), CAPS.outputs) if c.dut.numel() > CAPS.outputs else None
+        # as a traced call: at most caps.outputs elements, the same fixed ones on every side
+        caps = level.caps
+        idx = _pick(c.dut.numel(), caps.outputs) if c.dut.numel() > caps.outputs else None
         kept = [t if t is None or idx is None else _flat(t.reshape(-1), idx) for t in (c.dut, c.ref, c.floor)]
-        how = f"; {CAPS.outputs} of {c.dut.numel()} output elements kept" if idx is not None else ""
+        how = f"; {caps.outputs} of {c.dut.numel()} output elements kept" if idx is not None else ""
         cases.append({"op": c.op, "impl": c.impl, "exact": c.exact, "shape": c.shape, "dut": _compact(kept[0], dtype),
-                      "ref": kept[1], "floor": kept[2], "note": c.note + how})
+                      "ref": kept[1], "floor": _compact(kept[2], dtype), "note": c.note + how})
     captures = []
-    for k, cap in enumerate(probe_captures(probe, cfg, first)):
+    for k, cap in enumerate(probe_captures(probe, cfg, first, level.caps)):
         captures.append(writer.put(store_capture(cap), f"operator/capture{k}"))
         del cap
     return {"cases": writer.put(cases, "operator/cases"), "captures": captures}

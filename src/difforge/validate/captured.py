@@ -270,7 +270,8 @@ class CaptureProbe:
         return self.bundle.data["components"]["outputs"][name]
 
     def operator_cases(self, *_args: Any) -> list[OpCase]:
-        return [OpCase(c["op"], c["impl"], bool(c["exact"]), c["shape"], c["dut"].float(), c["ref"], c["floor"], c["note"])
+        return [OpCase(c["op"], c["impl"], bool(c["exact"]), c["shape"], c["dut"].float(), c["ref"], c["floor"].float(),
+                       c["note"])
                 for c in self.bundle.data["operator"]["cases"]]
 
     def recorded_captures(self, cfg: RunConfig, inputs: dict[str, torch.Tensor]) -> Iterator[Capture]:
@@ -392,7 +393,15 @@ class Captured:
         return {"path": str(self.bundle.folder.resolve()), "created": m.get("created"), "difforge": m.get("difforge"),
                 "torch": m.get("torch"), "device": m["device"]["label"], "device_name": m["device"].get("name"),
                 "digest": self.digest(), "bytes": m.get("bytes"), "environment": m.get("environment", {}),
-                "weights": len(m.get("weights", {}))}
+                "weights": len(m.get("weights", {})), "budget": m.get("budget")}
+
+    def budget_note(self) -> str | None:
+        """The report's line on a capture made under ``--max-bytes`` (which caps bounded the device's side)."""
+        b = self.manifest.get("budget")
+        if not b:
+            return None
+        return (f"the capture was made under --max-bytes {b['max_bytes']}: {b['caps']} (level {b['level']}); the "
+                "operator rung judges those calls and samples, the other rungs what validate keeps")
 
     def digest(self) -> str:
         return bundle_digest(self.bundle.folder)

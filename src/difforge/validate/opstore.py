@@ -113,6 +113,13 @@ def runner(op: str, func: str, how: str) -> tuple[Callable[..., Tensor], Callabl
     return _RUNS[op], _FLOOR_RUNS.get(op)
 
 
+def _index32(index: Tensor | None) -> Tensor | None:
+    """An output sample's indices as int32 when they fit (half the bytes, the same values; read back as int64)."""
+    if index is None or index.numel() == 0 or int(index.max()) >= 2**31:
+        return index
+    return index.to(torch.int32)
+
+
 def store_capture(cap: Capture) -> dict[str, Any]:
     """One component's capture as nested tensors and JSON values (for :meth:`.bundle.BundleWriter.put`)."""
     calls: list[dict[str, Any]] = []
@@ -125,7 +132,7 @@ def store_capture(cap: Capture) -> dict[str, Any]:
                 skipped.setdefault(op, []).append(f"call {c.index}: {exc}")
                 continue
             calls.append({"op": c.op, "func": c.func, "index": c.index, "where": c.where, "shape": c.shape,
-                          "how": c.how, "args": args, "out": c.out, "out_index": c.out_index})
+                          "how": c.how, "args": args, "out": c.out, "out_index": _index32(c.out_index)})
     return {"component": cap.component, "seen": dict(cap.seen), "skipped": skipped, "calls": calls}
 
 
@@ -136,7 +143,7 @@ def load_capture(stored: dict[str, Any]) -> Capture:
     for c in stored["calls"]:
         run, floor_run = runner(c["op"], c["func"], c["how"])
         call = Call(c["op"], c["func"], int(c["index"]), c["where"], c["shape"], c["how"], _decode(c["args"]), run,
-                    c["out"], c["out_index"], floor_run)
+                    c["out"], None if c["out_index"] is None else c["out_index"].long(), floor_run)
         cap.calls.setdefault(call.op, []).append(call)
     return cap
 

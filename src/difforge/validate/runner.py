@@ -361,6 +361,8 @@ class _Climb:
                              f"half of this validation is the capture {self.o.capture} (made {summary['created']} by "
                              f"difforge {summary['difforge']}, digest {summary['digest'][:16]}); the reference and "
                              "the floor ran here, teacher-forced on the device's own recorded states")
+            if self.captured.budget_note():
+                lad.notes.append(self.captured.budget_note())
         if self.golden is not None:
             self.floor = self.golden.floor
             self.data["golden"] = _golden_summary(self.golden)
