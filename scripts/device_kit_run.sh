@@ -8,8 +8,10 @@
 #   CPU dry run here:   DEV=cpu PY=<python> KIT_SITE=<folder> bash .kit/run.sh
 #
 # Everything comes back as ONE tarball (the device returns at most 8 files), repacked after each step so a
-# time-out loses nothing, and kept within KIT_MAX_BYTES (8 MB): a capture that would push it over is left
-# out (steps.txt says so; its log stays).  KIT_BUDGET_S bounds the whole run, KIT_STEP_S each capture.
+# time-out loses nothing, and kept within KIT_MAX_BYTES (8 MB): each capture is made at 64x64 under
+# `--max-bytes` KIT_CAPTURE_BYTES (KIT_MAX_BYTES / 8: eight fit), and a capture that would still push the
+# tarball over is left out (steps.txt says so; its log stays).  KIT_BUDGET_S bounds the whole run, KIT_STEP_S
+# each capture.
 set -uo pipefail
 KIT=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-$PWD/kit-out}; mkdir -p "$OUT"
@@ -21,6 +23,7 @@ DTYPES=${KIT_DTYPES:-"bf16 fp16"}
 BUDGET_S=${KIT_BUDGET_S:-300}
 STEP_S=${KIT_STEP_S:-90}
 MAX_BYTES=${KIT_MAX_BYTES:-8000000}
+CAPTURE_BYTES=${KIT_CAPTURE_BYTES:-$((MAX_BYTES / 8))}
 TGZ=$OUT/device-kit.tgz
 T=$(mktemp -d); L=$T/logs; C=$T/captures; mkdir -p "$L" "$C"
 T0=$SECONDS
@@ -56,7 +59,7 @@ for model in $MODELS; do
     if [ "$left" -lt 20 ]; then note "== $name skipped: the run's budget (${BUDGET_S}s) is spent"; continue; fi
     secs=$(( left < STEP_S ? left : STEP_S )); t1=$SECONDS
     timeout "$secs" $PY -m difforge capture --model "$model" --device "$DEV" --dtype "$dtype" --quick --no-speed-table \
-      --clean --out "$C/$name" >"$L/$name.log" 2>&1
+      --height 64 --width 64 --max-bytes "$CAPTURE_BYTES" --clean --out "$C/$name" >"$L/$name.log" 2>&1
     rc=$?
     note "== $name rc=$rc $((SECONDS - t1))s :: $(tail -n 2 "$L/$name.log" | tr '\n' ' ' | cut -c1-300)"
     [ "$rc" -ne 0 ] && rm -rf "${C:?}/$name"   # a half-made bundle would only be refused; its log stays

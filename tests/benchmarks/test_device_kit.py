@@ -103,6 +103,9 @@ def test_run_script_installs_offline_and_never_resolves_dependencies() -> None:
     for model in ("shapes-ursa", "shapes-qwen-edit", "tiny-ursa", "tiny-qwen-edit"):
         assert model in text
     assert "bf16 fp16" in text and "--device \"$DEV\"" in text and "--quick" in text
+    # eight captures within the tarball's 8 MB: each made under --max-bytes of an eighth of it, at 64x64
+    assert "MAX_BYTES=${KIT_MAX_BYTES:-8000000}" in text and "CAPTURE_BYTES=${KIT_CAPTURE_BYTES:-$((MAX_BYTES / 8))}" in text
+    assert "--height 64 --width 64 --max-bytes \"$CAPTURE_BYTES\"" in text
     out = subprocess.run(["bash", "-n", str(ROOT / "scripts" / "device_kit_run.sh")], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
 
