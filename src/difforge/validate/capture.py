@@ -169,7 +169,8 @@ def make_capture(options: ValidateOptions, log: Any = None, clean: bool = False,
     lad.make_out_dir()
     try:
         # with a golden bundle, its sampling plan: the judge compares against the golden's stored samples
-        reducer = Reducer(dict(golden.bundle.reducer.plans), frozen=True) if golden is not None else Reducer()
+        reducer = (Reducer(dict(golden.bundle.reducer.plans), frozen=True, limits=golden.bundle.reducer.limits)
+                   if golden is not None else Reducer())
         writer = lad.writer = BundleWriter(lad.work, reducer)
         lad.dut_pipe = pipe
         inputs = [writer.image(img, f"inputs/input_{k}.png") for k, img in enumerate(lad.images)]
@@ -300,7 +301,8 @@ def _record_device(lad: RecordingLadder, pipe: Any, record: RunRecord, data: dic
         states[seed] = golden.ref.trajectory(lad.dut_cfg(seed=seed)).trace.inputs if golden is not None else trace.inputs
 
     def bounded(level: Level) -> None:
-        writer.reducer.block_full, writer.reducer.block_sample = level.block_full, level.block_sample
+        if not writer.reducer.frozen:  # with --golden, its plans (and so its block samples) are the ones compared
+            writer.reducer.block_full, writer.reducer.block_sample = level.block_full, level.block_sample
         _steps(lad, probe, states, data, golden, say)
         say("components")
         try:
