@@ -205,8 +205,7 @@ def make_capture(options: ValidateOptions, log: Any = None, clean: bool = False,
                 "notes": list(lad.notes),
             }
 
-        manifest = _fit(writer, data, bounded, manifest_for, max_bytes, say)
-        manifest = writer.finish(manifest, data)
+        manifest = _fit(writer, data, bounded, manifest_for, max_bytes, say)  # written: finished
         lad.publish()
     except BaseException:
         lad.discard_output()
