@@ -99,6 +99,9 @@ def test_budgeted_clean_ursa_capture_fits_and_passes(tmp_path: Path) -> None:
     assert _bundle_bytes(capture) <= 10**6
     budget = json.loads((capture / "manifest.json").read_text())["budget"]
     assert budget["max_bytes"] == 10**6 and budget["level"] >= 1 and budget["calls_per_op"] == 1, budget
+    tensors = load_file(str(capture / "tensors.safetensors"))  # no tensor stored twice
+    assert len({(str(t.dtype), tuple(t.shape), t.reshape(-1).view(torch.uint8).numpy().tobytes())
+                for t in tensors.values()}) == len(tensors)
     code, data = _judge(capture, tmp_path / "r")
     assert code == 0 and data["verdict"] == "PASS", _rungs(data)
     assert {_rungs(data)[k] for k in ("operator", "component", "step", "trajectory", "determinism")} == {"PASS"}
