@@ -54,8 +54,12 @@ BLOCK_FULL = 1 << 16
 BLOCK_SAMPLE = 1 << 13
 #: A bundle refuses to grow past this (tensors and images together).
 MAX_BYTES = 4 << 30
-#: The default sampling limits (:class:`Reducer`); a bundle stores the ones it was written with.
-LIMITS = {"full": FULL_LIMIT, "sample": SAMPLE, "block_full": BLOCK_FULL, "block_sample": BLOCK_SAMPLE}
+
+
+def default_limits() -> dict[str, int]:
+    """The sampling limits a :class:`Reducer` starts from (the module's constants, read when it is made); a
+    bundle stores the ones it was written with."""
+    return {"full": FULL_LIMIT, "sample": SAMPLE, "block_full": BLOCK_FULL, "block_sample": BLOCK_SAMPLE}
 
 
 class GoldenError(InputError):
@@ -81,7 +85,7 @@ class Reducer:
                  limits: dict[str, int] | None = None) -> None:
         self.plans: dict[str, torch.Tensor] = dict(plans or {})
         self.frozen = frozen
-        lim = {**LIMITS, **(limits or {})}
+        lim = {**default_limits(), **(limits or {})}
         #: This bundle's limits (a capture under ``--max-bytes`` keeps fewer block elements): stored with the
         #: plans, so the judge cuts its side exactly where the bundle's writer cut.
         self.full, self.sample = int(lim["full"]), int(lim["sample"])
@@ -428,7 +432,7 @@ __all__ = [
     "BLOCK_SAMPLE",
     "CAPTURE_FORMAT",
     "FULL_LIMIT",
-    "LIMITS",
+    "default_limits",
     "SAMPLE",
     "Bundle",
     "BundleWriter",
