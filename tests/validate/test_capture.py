@@ -106,7 +106,8 @@ def test_budgeted_clean_ursa_capture_fits_and_passes(tmp_path: Path) -> None:
     assert code == 0 and data["verdict"] == "PASS", _rungs(data)
     assert {_rungs(data)[k] for k in ("operator", "component", "step", "trajectory", "determinism")} == {"PASS"}
     assert data["capture"]["budget"] == budget
-    assert any("--max-bytes 1000000" in note and budget["caps"] in note for note in data["notes"]), data["notes"]
+    assert any(f"--max-bytes 1000000 (level {budget['level']}:" in note and f"{budget['call_bytes']} B per call" in note
+               for note in data["notes"]), data["notes"]
 
 
 def test_impossible_budget_is_one_line_naming_the_size_needed(tmp_path: Path) -> None:

@@ -572,6 +572,11 @@ rule(r"the device under test \((?P<dut>.+?), (?P<name>.+?)\) ran elsewhere: its 
      r"and the floor ran here, teacher-forced on the device's own recorded states",
      "被测设备（{dut}，{name}）在别处运行：本次验证中属于它的部分来自捕获数据包 {path}（由 difforge {ver} 于 {created} "
      "生成，sha256 {d}）；参考与噪声基线在本机运行，在被测设备记录的状态上进行教师强制")
+rule(r"the capture was made under --max-bytes (?P<n>\d+) \(level (?P<lv>\d+): (?P<c>\d+) operator calls per op type "
+     r"and component, (?P<b>\d+) B per call, (?P<o>\d+) output elements per call, block outputs sampled to "
+     r"(?P<s>\d+)\); the operator rung judges those calls and samples, the other rungs what validate keeps",
+     "捕获数据包在 --max-bytes {n} 下生成（第 {lv} 级：每个组件每种算子保留 {c} 次调用，每次调用 {b} B，比较 {o} 个输出元素，"
+     "各块输出采样 {s} 个元素）；算子级验证判定这些调用与采样，其余各级验证判定 validate 保留的全部内容")
 rule(r"on the device: (?P<err>.+)", "在被测设备上：{err}", err=_t)
 
 # ---- ladder: --quick, the floor's notes ------------------------------------------------------------------------

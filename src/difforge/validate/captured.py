@@ -400,8 +400,10 @@ class Captured:
         b = self.manifest.get("budget")
         if not b:
             return None
-        return (f"the capture was made under --max-bytes {b['max_bytes']}: {b['caps']} (level {b['level']}); the "
-                "operator rung judges those calls and samples, the other rungs what validate keeps")
+        return (f"the capture was made under --max-bytes {b['max_bytes']} (level {b['level']}: {b['calls_per_op']} "
+                f"operator calls per op type and component, {b['call_bytes']} B per call, {b['outputs']} output "
+                f"elements per call, block outputs sampled to {b['block_sample']}); the operator rung judges those "
+                "calls and samples, the other rungs what validate keeps")
 
     def digest(self) -> str:
         return bundle_digest(self.bundle.folder)
