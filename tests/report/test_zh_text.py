@@ -343,7 +343,7 @@ PATTERN_EXAMPLES: list[tuple[str, str]] = [
      'B per call, 4096 output elements per call, block outputs sampled to 1024); the operator rung judges those '
      'calls and samples, the other rungs what validate keeps',
      '捕获数据包在 --max-bytes 1000000 下生成（第 3 级：每个组件每种算子保留 1 次调用，每次调用 262144 B，比较 4096 个输出元素，'
-     '各块输出采样 1024 个元素）；算子级验证判定这些调用与采样，其余各级验证判定 validate 保留的全部内容'),
+     '各块输出采样 1024 个元素）；算子级验证判定所保留的调用与采样，其余各级验证判定 validate 保留的全部内容'),
     ('reading the golden run (seed 1) failed (GoldenError: the golden bundle has no run for seed 1)',
      '读取标杆数据包中的运行（seed 1）失败（GoldenError: 标杆数据包中没有 seed 1 的运行）'),
     ('the floor run (emulated bfloat16 on cpu float32 kernels, seed 0) failed (RuntimeError: boom)',

@@ -576,7 +576,7 @@ rule(r"the capture was made under --max-bytes (?P<n>\d+) \(level (?P<lv>\d+): (?
      r"and component, (?P<b>\d+) B per call, (?P<o>\d+) output elements per call, block outputs sampled to "
      r"(?P<s>\d+)\); the operator rung judges those calls and samples, the other rungs what validate keeps",
      "捕获数据包在 --max-bytes {n} 下生成（第 {lv} 级：每个组件每种算子保留 {c} 次调用，每次调用 {b} B，比较 {o} 个输出元素，"
-     "各块输出采样 {s} 个元素）；算子级验证判定这些调用与采样，其余各级验证判定 validate 保留的全部内容")
+     "各块输出采样 {s} 个元素）；算子级验证判定所保留的调用与采样，其余各级验证判定 validate 保留的全部内容")
 rule(r"on the device: (?P<err>.+)", "在被测设备上：{err}", err=_t)
 
 # ---- ladder: --quick, the floor's notes ------------------------------------------------------------------------
