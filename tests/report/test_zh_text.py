@@ -483,6 +483,11 @@ PATTERN_EXAMPLES: list[tuple[str, str]] = [
      '2.6): a sign-off fails on it unless accepted with --accept-warn step=REASON',
      '逐步教师强制验证因噪声基线比值位于 PASS 与 FAIL 之间而为 WARN（第 2 步：rel_l2 / 噪声基线 2.9；第 3 步：rel_l2 / '
      '噪声基线 2.6）：除非用 --accept-warn step=REASON 明确接受，否则签收判为失败'),
+    ("the trajectory rung WARNs on a free run's picture between PASS and FAIL (image 0: rmse / floor 2.08), "
+     "explained: every teacher-forced step and every component PASS, so the free run's picture is the chaotic "
+     "growth of in-floor per-step errors",
+     '轨迹级验证中自由运行的图像比值位于 PASS 与 FAIL 之间（图像 0：RMSE / 噪声基线 2.08），已有解释：每个教师强制步骤和'
+     '每个组件均为 PASS，自由运行图像的偏差是基线内逐步误差的混沌放大'),
     ('rel_l2 / floor 2.55', 'rel_l2 / 噪声基线 2.55'),
     ('cosine 0.98710 < 0.99',
      '余弦相似度 0.98710 < 0.99'),

@@ -183,6 +183,35 @@ def test_warns_explained_by_their_rule_keep_todays_behaviour(rung: RungResult) -
     assert overall(rungs)[0] is Verdict.WARN
 
 
+def _free_run_rung(ratio: float, verdict: Verdict, subject: str = "image 0") -> RungResult:
+    row = Row(subject)
+    row.add("rmse / floor", ratio, "<= 2 PASS, <= 3 WARN", verdict)
+    row.settle()
+    return RungResult("trajectory", verdict, "", [row])
+
+
+def test_a_free_run_picture_in_the_band_is_explained_when_every_step_and_component_passes() -> None:
+    """The clean shapes-qwen-edit port of seed 0 (picture 2.08x, steps <= 1.51x) is a WARN, not a FAIL."""
+    rungs = {**_passing(), "trajectory": _free_run_rung(2.08, Verdict.WARN)}
+    verdict, reasons = overall(rungs)
+    assert verdict is Verdict.WARN
+    assert len(reasons) == 1 and "explained" in reasons[0] and "2.08" in reasons[0]
+
+
+@pytest.mark.parametrize("other", [
+    _ratio_rung("step", 2.2, Verdict.WARN), _ratio_rung("component", 1.9, Verdict.WARN)])
+def test_a_free_run_picture_in_the_band_is_not_explained_by_steps_that_do_not_pass(other: RungResult) -> None:
+    rungs = {**_passing(), "trajectory": _free_run_rung(2.5, Verdict.WARN), other.key: other}
+    verdict, reasons = overall(rungs)
+    assert verdict is Verdict.FAIL and any("trajectory" in r and "--accept-warn" in r for r in reasons)
+
+
+def test_only_the_free_run_picture_is_explained_and_a_fail_stays_a_fail() -> None:
+    decoded = _free_run_rung(2.4, Verdict.WARN, "image 0 from the device's tokens")
+    assert overall({**_passing(), "trajectory": decoded})[0] is Verdict.FAIL
+    assert overall({**_passing(), "trajectory": _free_run_rung(3.5, Verdict.FAIL)})[0] is Verdict.FAIL
+
+
 def test_a_semantic_warn_of_its_count_rule_is_in_the_band() -> None:
     rung = RungResult("semantic", Verdict.WARN, "", [], {"warn_band": "lost 2 <= 0 + 2"})
     verdict, reasons = overall({**_passing(), "semantic": rung})

@@ -543,6 +543,11 @@ rule(r"the (?P<key>\w+) rung WARNs on a floor ratio between PASS and FAIL \((?P<
      r"unless accepted with --accept-warn (?P<flag>\w+=REASON)",
      "{key}因噪声基线比值位于 PASS 与 FAIL 之间而为 WARN（{where}）：除非用 --accept-warn {flag} 明确接受，否则签收判为"
      "失败", key=_word(RUNGS), where=_items("; ", "；", _named))
+rule(r"the trajectory rung WARNs on a free run's picture between PASS and FAIL \((?P<where>.+)\), explained: every "
+     r"teacher-forced step and every component PASS, so the free run's picture is the chaotic growth of in-floor "
+     r"per-step errors",
+     "轨迹级验证中自由运行的图像比值位于 PASS 与 FAIL 之间（{where}），已有解释：每个教师强制步骤和每个组件均为 PASS，"
+     "自由运行图像的偏差是基线内逐步误差的混沌放大", where=_items("; ", "；", _named))
 rule(r"(?P<name>.+ / floor) (?P<v>NUM)", "{name} {v}", name=_t)
 
 # ---- runner: crashes, stages, the golden bundle ----------------------------------------------------------------

@@ -47,7 +47,34 @@ def _is_floor_ratio(name: str) -> bool:
     return "/ floor" in name or "/ (floor" in name
 
 
-def warn_band(rung: RungResult) -> list[str]:
+def _free_run_picture(row: Row) -> bool:
+    """A trajectory row of a free run's end-to-end picture (not a picture decoded from the device's own
+    tokens, not a token row): its only floor ratio is the image's ``rmse / floor``."""
+    return "image" in row.subject and "from the device's tokens" not in row.subject and any(
+        m.name == "rmse / floor" for m in row.measurements)
+
+
+def free_run_explanation(rungs: Mapping[str, RungResult]) -> str | None:
+    """Why a WARN of a free run's picture is explained, or None when it is not.
+
+    A free run's end-to-end picture is one sample of a chaotic map: an in-floor error at every step can grow
+    differently from the floor's own one.  Measured on a clean bf16 port of shapes-qwen-edit (CPU, --quick,
+    seeds 0-4) the picture sat at 2.08, 1.25, 1.04, 0.79 and 1.48x the floor while every teacher-forced step
+    stayed at <= 1.51x.  So the picture's WARN band is explained when every teacher-forced step (the network
+    and, since issue 25, each stage after it) and every component PASS: what the port computes per step is
+    within the floor.  A picture beyond the FAIL line still fails, and a WARN with any step or component above
+    PASS is not explained.
+    """
+    steps, components = rungs.get("step"), rungs.get("component")
+    if steps is None or components is None:
+        return None
+    if steps.verdict is Verdict.PASS and components.verdict is Verdict.PASS:
+        return ("explained: every teacher-forced step and every component PASS, so the free run's picture "
+                "is the chaotic growth of in-floor per-step errors")
+    return None
+
+
+def warn_band(rung: RungResult, explained_free_run: bool = False) -> list[str]:
     """Where ``rung`` WARNs because a floor ratio sits in the band between PASS and FAIL, as
     ``"subject: ratio name value"``; empty when its WARN is explained by its rule instead (a coverage
     gap, no floor to judge against, a prompt set the reference cannot draw) or it does not WARN.
@@ -63,7 +90,7 @@ def warn_band(rung: RungResult) -> list[str]:
         return [str(band)] if band else []
     found = []
     for row in rung.rows:
-        if row.verdict is not Verdict.WARN:
+        if row.verdict is not Verdict.WARN or (explained_free_run and _free_run_picture(row)):
             continue
         ratios = [(m.name, m.value) for m in row.measurements
                   if _is_floor_ratio(m.name) and isinstance(m.value, int | float) and not isinstance(m.value, bool)]
@@ -82,7 +109,8 @@ def overall(rungs: dict[str, RungResult], caveats: list[str] | tuple[str, ...] =
     failed outside the rungs, e.g. the gallery); everything skipped is a FAIL.  A WARN from a floor
     ratio between PASS and FAIL (:func:`warn_band`) is a FAIL of the sign-off - real breakages sat at
     2.55-2.94x the floor while clean runs reached 1.77x (issue 25) - unless ``accepted`` names its
-    rung with the user's reason, which the reasons then carry.
+    rung with the user's reason, which the reasons then carry.  A free run's picture in the band is
+    explained, not failed, when every step and component PASS (:func:`free_run_explanation`).
     """
     verdict = worst([r.verdict for r in rungs.values()])
     reasons: list[str] = []
@@ -98,8 +126,12 @@ def overall(rungs: dict[str, RungResult], caveats: list[str] | tuple[str, ...] =
     reasons.extend(caveats)
     accepted = dict(accepted or {})
     unexplained = False
+    free_run = free_run_explanation(rungs)
     for key, rung in rungs.items():
-        band = warn_band(rung)
+        band = warn_band(rung, explained_free_run=key == "trajectory" and free_run is not None)
+        if key == "trajectory" and free_run is not None and warn_band(rung) != band:
+            reasons.append(f"the trajectory rung WARNs on a free run's picture between PASS and FAIL "
+                           f"({'; '.join(b for b in warn_band(rung) if b not in band)}), {free_run}")
         if not band:
             continue
         where = "; ".join(band)
