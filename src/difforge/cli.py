@@ -16,11 +16,50 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
+from typer.core import TyperGroup
 
 from .errors import DifforgeError
 from .runtime.progress import spinner
 
+try:  # typer 0.2x carries its own copy of click; older releases raise click's own exceptions
+    from typer._click import exceptions as click_errors
+except ImportError:  # pragma: no cover - typer < 0.2x
+    from click import exceptions as click_errors  # type: ignore[no-redef]
+
+
+class OneLineUsageErrors(TyperGroup):
+    """The command group whose usage errors (a bad value, an unknown option, a missing one) are one line.
+
+    Typer draws click's usage errors as a usage line, a hint and a boxed panel: five lines for one bad
+    ``--steps``.  Every other difforge error is one ``difforge: error:`` line and exit 2, so a usage error
+    is too: the group runs click in non-standalone mode and prints the message itself.  Help (``--help``,
+    no arguments) and everything else keep click's own behaviour.
+    """
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click_errors.UsageError as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # no arguments: click printed the help already
+                sys.exit(exc.exit_code)
+            command = exc.ctx.command_path if exc.ctx is not None else "difforge"
+            message = " ".join(exc.format_message().split())
+            typer.echo(f"difforge: error: {message} ('{command} --help' lists the options)", err=True)
+            sys.exit(2)
+        except click_errors.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            typer.echo("difforge: error: aborted.", err=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
 app = typer.Typer(
+    cls=OneLineUsageErrors,
     add_completion=False,
     no_args_is_help=True,
     help="difforge: run diffusion image models on any accelerator (Ascend NPU first) and prove the port works.",

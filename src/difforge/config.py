@@ -24,6 +24,10 @@ MAX_GUIDANCE = 100.0
 #: CFG branches on two ranks: URSA's CFG batch halves, Qwen-Edit's true-CFG calls), ``ulysses=N`` (URSA's
 #: joint sequence over N ranks, attention heads split by all-to-all).
 PARALLEL_MODES = ("none", "data", "cfg", "ulysses=N")
+#: Most ``--steps``.  Published schedules use 25 (URSA) to 50 (Qwen-Image-Edit); past a thousand steps the
+#: schedule's increments fall below what bfloat16 can tell apart, and a typo (``--steps 50000``) would hold
+#: the device for hours (and a capture or golden bundle grows with every step), so larger counts are refused.
+MAX_STEPS = 1000
 
 
 def ulysses_degree(mode: Any) -> int | None:
@@ -67,7 +71,7 @@ def check_text(value: Any, what: str) -> Any:
 
 
 def check_steps(steps: Any) -> None:
-    """``--steps``: None (the family's default) or a whole number of at least 2 (StepsError otherwise).
+    """``--steps``: None (the family's default) or a whole number from 2 to :data:`MAX_STEPS` (StepsError otherwise).
 
     The one place for this rule: RunConfig.validate and validate's option check both call it.
     """
@@ -77,6 +81,8 @@ def check_steps(steps: Any) -> None:
         raise StepsError(f"--steps must be a whole number, got {steps!r}.")
     if steps < 2:
         raise StepsError(f"--steps must be at least 2 (got {steps}); one step leaves pure noise.")
+    if steps > MAX_STEPS:
+        raise StepsError(f"--steps must be at most {MAX_STEPS} (got {steps}); the published schedules use 25 to 50.")
 
 
 def check_transformer_file(path: Any) -> None:
