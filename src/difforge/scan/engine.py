@@ -21,7 +21,8 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from ..errors import InputError
-from .resolve import resolve
+from .follow import FOLLOW_DEPTH, Followed, SourceError, follow, package_of, read_source
+from .resolve import Resolved, resolve
 from .result import SEVERITIES, TARGETS, Finding, ScanResult, Skipped
 from .rules import RULES, hooks_for
 from .walker import Walker
@@ -114,12 +115,9 @@ def scan_source(text: str, display: str, target: str = "npu") -> list[Finding]:
 def scan_file(path: str, display: str, target: str) -> tuple[list[Finding], Skipped | None]:
     """One file: its findings, or why it was skipped."""
     try:
-        size = os.stat(path).st_size
-        if size > MAX_BYTES:
-            return [], Skipped(display, f"larger than {MAX_BYTES >> 20} MiB ({size / (1 << 20):.1f} MiB)")
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        return [], Skipped(display, f"cannot be read ({exc.strerror or exc})")
+        data = read_source(path, MAX_BYTES)
+    except SourceError as exc:
+        return [], Skipped(display, str(exc))
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -143,15 +141,24 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def scan(target: str | Path, target_device: str = "npu", *, jobs: int | None = None) -> ScanResult:
+def scan(target: str | Path, target_device: str = "npu", *, jobs: int | None = None,
+         follow_depth: int = FOLLOW_DEPTH) -> ScanResult:
     """Scan a file, a folder or a module name (never imported) for what breaks or is slow on the target.
 
     ``jobs``: worker processes (default: the cores this process may use; 1 scans in this process).
+    ``follow_depth``: levels of imports followed within the scanned code's own top-level package
+    (:mod:`difforge.scan.follow`; 0 scans only what was named, and the result says so).
     """
     device = check_target(target_device)
     start = time.perf_counter()
     resolved = resolve(target)
-    tasks = [(str(p), resolved.display(p)) for p in resolved.files]
+    followed = _follow(resolved.root, resolved.files, follow_depth)
+    base = resolved.base
+    if followed.files and followed.package:
+        pkg = package_of(resolved.root)
+        base = pkg.parent if pkg else base
+    shown = Resolved(resolved.root, resolved.files, base)
+    tasks = [(str(p), shown.display(p)) for p in (*resolved.files, *followed.files)]
     workers = min(jobs or _cores(), 16)
     results: list[tuple[list[Finding], Skipped | None]] = []
     if workers > 1 and len(tasks) >= PARALLEL_MIN_FILES:
@@ -171,4 +178,15 @@ def scan(target: str | Path, target_device: str = "npu", *, jobs: int | None = N
     skipped = tuple(sorted((s for _, s in results if s is not None), key=lambda s: s.path))
     skipped_paths = {s.path for s in skipped}
     files = tuple(d for _, d in tasks if d not in skipped_paths)
-    return ScanResult(device, str(resolved.root), tuple(findings), files, skipped, time.perf_counter() - start)
+    return ScanResult(device, str(resolved.root), tuple(findings), files, skipped, time.perf_counter() - start,
+                      followed=tuple(shown.display(p) for p in followed.files), follow_note=followed.note)
+
+
+def _follow(root: Path, files: tuple[Path, ...], depth: int) -> Followed:
+    """The imports to follow from a scan of ``root`` (nothing when ``root`` is the whole package)."""
+    pkg = package_of(root)
+    if pkg is not None and root.is_dir() and root.resolve() == (pkg.parent / pkg.name).resolve():
+        return Followed(pkg.name, note=f"the whole package {pkg.name} was scanned")
+    if depth <= 0:
+        return Followed(pkg.name if pkg else None, note="imports were not followed (follow depth 0)")
+    return follow(files, pkg, depth)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import IO
 
-from .result import SEVERITIES, ScanResult
+from .result import SEVERITIES, ScanResult, printable
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 #: From this terminal width on, rule, severity and fix get columns of their own.
@@ -23,8 +23,10 @@ def summary_line(result: ScanResult) -> str:
     parts = [f"{counts['error']} error{'s' * (counts['error'] != 1)}",
              f"{counts['warning']} warning{'s' * (counts['warning'] != 1)}", f"{counts['info']} info"]
     skipped = f" ({len(result.skipped)} skipped)" if result.skipped else ""
-    return (f"scanned {len(result.files)} file{'s' * (len(result.files) != 1)}{skipped} for {result.target} "
-            f"in {result.elapsed_s:.2f} s: {', '.join(parts)}")
+    followed = f"; {result.follow_note}" if result.follow_note else ""
+    files = f"{len(result.files)} file{'s' * (len(result.files) != 1)}"
+    return printable(f"scanned {files}{skipped} for {result.target} in {result.elapsed_s:.2f} s: "
+                     f"{', '.join(parts)}{followed}")
 
 
 def to_json(result: ScanResult) -> str:
@@ -51,14 +53,15 @@ def print_table(result: ScanResult, file: IO[str] | None = None, width: int | No
             table.add_column("why / fix", overflow="fold", ratio=5)
         for f in result.findings:
             severity = Text(f.severity, style=_STYLE.get(f.severity, ""))
+            path, message, fix = printable(f.path), printable(f.message), printable(f.fix)
             if wide:
-                table.add_row(Text(f"{f.path}:{f.line}"), f.rule, severity, Text(f.message), Text(f.fix))
+                table.add_row(Text(f"{path}:{f.line}"), Text(f.rule), severity, Text(message), Text(fix))
             else:
-                where = Text(f"{f.path}:{f.line}\n{f.rule} ").append_text(severity)
-                table.add_row(where, Text(f.message).append("\nfix: ", style="bold").append(f.fix))
+                where = Text(f"{path}:{f.line}\n{f.rule} ").append_text(severity)
+                table.add_row(where, Text(message).append("\nfix: ", style="bold").append(fix))
         console.print(table)
     for s in result.skipped:
-        console.print(Text(f"skipped {s.path}: {s.reason}"))
+        console.print(Text(printable(f"skipped {s.path}: {s.reason}")))
     console.print(Text(summary_line(result)))
 
 
@@ -72,8 +75,9 @@ def render_markdown(result: ScanResult, limit: int = 40) -> str:
     lines += ["| where | rule | severity | finding |", "|---|---|---|---|"]
     ordered = sorted(result.findings, key=lambda f: (SEVERITIES.index(f.severity), f.path, f.line))
     for f in ordered[:limit]:
-        detail = f.message.split(": ", 1)[0].replace("|", "\\|")
-        lines.append(f"| `{f.path}:{f.line}` | {f.rule} | {f.severity} | {detail} |")
+        detail = printable(f.message.split(": ", 1)[0]).replace("|", "\\|")
+        where = printable(f.path).replace("`", "'")
+        lines.append(f"| `{where}:{f.line}` | {f.rule} | {f.severity} | {detail} |")
     if len(ordered) > limit:
         lines += ["", f"... and {len(ordered) - limit} more (difforge scan --json lists them all)."]
     return "\n".join(lines) + "\n"

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
+from .result import printable
 
 #: Folders never descended into inside a scanned folder (a folder given directly is always read).
 SKIP_DIRS = frozenset({"__pycache__", "site-packages", "node_modules"})
@@ -57,9 +58,9 @@ def resolve(target: str | Path) -> Resolved:
             return Resolved(path, tuple(python_files(path)), path.parent)
         if path.is_file():
             return Resolved(path, (path,), path.parent)
-        raise InputError(f"{text} is neither a file nor a folder.")
+        raise InputError(f"{printable(text)} is neither a regular file nor a folder.")
     if not _DOTTED.match(text):
-        raise InputError(f"{text}: no such file or folder (and not a module name).")
+        raise InputError(f"{printable(text)}: no such file or folder (and not a module name).")
     return _module(text)
 
 

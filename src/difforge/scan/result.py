@@ -6,6 +6,7 @@ of a large package runs on several cores) and serialises to JSON without a custo
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -16,6 +17,26 @@ TARGETS = ("npu", "mps", "xpu", "cpu")
 #: Severities, most severe first: error = breaks there, warning = may break or runs slowly,
 #: info = worth a look while porting.
 SEVERITIES = ("error", "warning", "info")
+
+
+#: Format characters that reorder or hide text on a terminal (bidi overrides and isolates, zero-width joiners).
+_HIDING = frozenset("\u200b\u200c\u200d\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\ufeff")
+
+
+def printable(text: object) -> str:
+    """``text`` with every control character written as an escape (``\\x1b``, ``\\n``, ``\\u202e``).
+
+    Why: scan prints names it did not choose - file names, folder names, a module name typed by the
+    user - and a name holding ``ESC [ 2 J`` or a bidi override would otherwise drive the terminal
+    (clear it, recolour it, reorder a line) instead of being shown.  Printable text is unchanged.
+    """
+    out = []
+    for ch in str(text):
+        if ch in _HIDING or unicodedata.category(ch) in ("Cc", "Cs"):
+            out.append(ch.encode("unicode_escape", "backslashreplace").decode("ascii"))
+        else:
+            out.append(ch)
+    return "".join(out)
 
 
 @dataclass(frozen=True)
@@ -53,6 +74,10 @@ class ScanResult:
     files: tuple[str, ...]
     skipped: tuple[Skipped, ...] = ()
     elapsed_s: float = 0.0
+    #: Files read because the scanned code imports them from its own package (also in ``files``).
+    followed: tuple[str, ...] = ()
+    #: How far imports were followed, or why they were not (always said: a silent stop reads as all-clear).
+    follow_note: str = ""
 
     def counts(self) -> dict[str, int]:
         """Findings per severity (every severity present, zero included)."""
@@ -78,4 +103,5 @@ class ScanResult:
             "findings": [f.to_dict() for f in self.findings],
             "files": list(self.files),
             "skipped": [asdict(s) for s in self.skipped],
+            "followed_imports": {"files": list(self.followed), "note": self.follow_note},
         }
