@@ -69,7 +69,8 @@ def render_markdown(result: ScanResult, limit: int = 40) -> str:
     """A short Markdown section (for a port report): the counts and the first ``limit`` findings."""
     counts = result.counts()
     lines = [f"**Source scan** ({result.target}): {len(result.files)} files, "
-             + ", ".join(f"{counts[s]} {s}" for s in SEVERITIES) + ".", ""]
+             + ", ".join(f"{counts[s]} {s}" for s in SEVERITIES) + "."
+             + (f" ({printable(result.follow_note)}.)" if result.follow_note else ""), ""]
     if not result.findings:
         return "\n".join(lines + ["No findings."]) + "\n"
     lines += ["| where | rule | severity | finding |", "|---|---|---|---|"]
