@@ -145,6 +145,7 @@ class ValidateOptions:
 
             require()
         check_out_dir(self.out)
+        check_out_keeps_inputs(self)
 
     def run_overrides(self) -> dict[str, Any]:
         """The RunConfig fields these options set (guidance etc. only when given: RunConfig's defaults stay)."""
@@ -209,6 +210,36 @@ def check_out_dir(out: str | Path) -> Path:
         if not ok:
             raise OutputError(refuse_message(path))
     return path
+
+
+def _inputs(options: ValidateOptions) -> list[tuple[str, str, bool]]:
+    """(flag, path, is a folder the report must not enter) of every file or folder a validation reads."""
+    given: list[tuple[str, Any, bool]] = [
+        ("--golden", options.golden, True), ("--capture", options.capture, True), ("--prompts", options.prompts, False),
+        ("--prompt-set", options.prompt_set, False), ("--transformer", options.transformer, False),
+        *(("--image", img, False) for img in options.images)]
+    if options.model and Path(options.model).is_dir():  # a folder (not a built-in name): every file is hashed
+        given.append(("--model", options.model, True))
+    return [(flag, str(path), folder) for flag, path, folder in given if path]
+
+
+def check_out_keeps_inputs(options: ValidateOptions) -> None:
+    """``--out`` may not be, hold or lie inside what the run reads (OutputError, exit 2, before anything runs).
+
+    The report is published by replacing ``--out`` whole, and a golden or capture bundle counts as a previous
+    difforge folder: ``--golden G --out G`` would replace the bundle the report is judged against, ``--out``
+    holding a ``--prompts`` file would delete it, and ``--out`` inside a bundle or model folder would add files to
+    it, so its sha256 list no longer matches.  Paths are compared after every link is followed.
+    """
+    out = Path(os.path.realpath(options.out))
+    for flag, given, folder in _inputs(options):
+        path = Path(os.path.realpath(given))
+        if path == out or out in path.parents:
+            raise OutputError(f"--out {options.out} is or holds {flag} {given}, which the report would replace; "
+                              "give the report its own folder.")
+        if folder and path in out.parents:
+            raise OutputError(f"--out {options.out} lies inside {flag} {given}; writing the report there would change "
+                              "it, so give the report a folder outside it.")
 
 
 def parse_reference(spec: str | None, flag: str = "--reference") -> tuple[str, str]:
