@@ -11,8 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from difforge.cli import app
+from difforge.errors import InputError
 from difforge.scan import render_markdown, scan, summary_line
-from difforge.scan.follow import SourceError, read_source
+from difforge.scan.follow import read_source
 from difforge.scan.result import printable
 
 runner = CliRunner()
@@ -35,7 +36,8 @@ def test_a_link_to_dev_zero_and_a_fifo_are_skipped_not_read(tmp_path: Path) -> N
     os.mkfifo(tmp_path / "pipe.py")
     result = _scan_within(tmp_path)
     reasons = {s.path: s.reason for s in result.skipped}
-    assert reasons == {f"{tmp_path.name}/pipe.py": "not a regular file", f"{tmp_path.name}/zero.py": "not a regular file"}
+    assert reasons == {f"{tmp_path.name}/pipe.py": "the file is a FIFO, not a regular file",
+                       f"{tmp_path.name}/zero.py": "the file is a character device, not a regular file"}
     assert [f.rule for f in result.findings] == ["DF102"]
     # Named directly, neither is a file to scan: one line, exit 2.
     for name in ("zero.py", "pipe.py"):
@@ -47,11 +49,11 @@ def test_read_source_caps_the_size_and_refuses_what_is_not_a_regular_file(tmp_pa
     big = tmp_path / "big.py"
     big.write_bytes(b"#" * 2049)
     assert read_source(big, limit=2049) == b"#" * 2049
-    with pytest.raises(SourceError, match="larger than"):
+    with pytest.raises(InputError, match="larger than"):
         read_source(big, limit=2048)
-    with pytest.raises(SourceError, match="not a regular file"):
+    with pytest.raises(InputError, match="a folder, not a regular file"):
         read_source(tmp_path)
-    with pytest.raises(SourceError, match="cannot be read"):
+    with pytest.raises(InputError, match="does not exist"):
         read_source(tmp_path / "missing.py")
 
 

@@ -11,7 +11,8 @@ generators, default-backend ``torch.compile``, indices built in a floating dtype
     >>> result = scan("diffusers.pipelines.qwenimage", target_device="npu")
     >>> result.findings[0].rule, result.elapsed_s, render_markdown(result)
 
-Nothing here imports torch (or anything heavier than :mod:`difforge.errors`): scanning works on a
+Nothing here imports torch (or anything heavier than :mod:`difforge.errors` and the one reading rule,
+:mod:`difforge.runtime.reading`, both standard library only): scanning works on a
 machine without the model's dependencies, and ``difforge scan`` starts instantly.  ``docs/scan.md``
 lists the rules and how to silence one line (``# difforge: ignore[DF105]``).
 """

@@ -20,15 +20,15 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
-from ..errors import InputError
-from .follow import FOLLOW_DEPTH, Followed, SourceError, follow, package_of, read_source
+from ..errors import DifforgeError, InputError
+from .follow import FOLLOW_DEPTH, MAX_SOURCE_BYTES, Followed, follow, package_of, read_source
 from .resolve import Resolved, resolve
 from .result import SEVERITIES, TARGETS, Finding, ScanResult, Skipped
 from .rules import RULES, hooks_for
 from .walker import Walker
 
 #: Files larger than this are skipped (generated tables, vendored blobs): 2 MiB.
-MAX_BYTES = 2 * 1024 * 1024
+MAX_BYTES = MAX_SOURCE_BYTES
 #: Below this many files a scan runs in this process (starting workers costs more than it saves).
 PARALLEL_MIN_FILES = 48
 #: ``# difforge: ignore`` (every rule) or ``# difforge: ignore[DF105, DF111]`` on the finding's line.
@@ -116,8 +116,8 @@ def scan_file(path: str, display: str, target: str) -> tuple[list[Finding], Skip
     """One file: its findings, or why it was skipped."""
     try:
         data = read_source(path, MAX_BYTES)
-    except SourceError as exc:
-        return [], Skipped(display, str(exc))
+    except DifforgeError as exc:  # not a regular file, too large, unreadable: the rule's one line says which
+        return [], Skipped(display, str(exc).rstrip("."))
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -15,18 +15,19 @@ define the imported names:
 * only :data:`FOLLOW_DEPTH` levels of imports are followed and at most :data:`MAX_FOLLOWED` files added,
   and what was left out is counted, so the result always says how far it looked.
 
-Everything is read with :func:`read_source` (regular files only, size-capped) and parsed with
+Everything is read with :func:`read_source` (difforge's one reading rule) and parsed with
 :mod:`ast`; nothing runs.
 """
 
 from __future__ import annotations
 
 import ast
-import os
-import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..errors import DifforgeError, InputError
+from ..runtime.reading import read_bytes
 
 #: Levels of imports followed from the scanned files (1: what they import, not what that imports).
 FOLLOW_DEPTH = 1
@@ -38,46 +39,15 @@ MAX_REEXPORT_HOPS = 8
 MAX_SOURCE_BYTES = 2 * 1024 * 1024
 
 
-class SourceError(OSError):
-    """A source file that is not read: not a regular file, too large, or unreadable (the reason is the text)."""
-
-
 def read_source(path: str | Path, limit: int = MAX_SOURCE_BYTES) -> bytes:
-    """The bytes of a regular file of at most ``limit`` bytes.
+    """The bytes of one source file under difforge's one reading rule (:func:`difforge.runtime.reading.read_bytes`).
 
-    Why not ``Path.read_bytes``: a ``.py`` that is a link to ``/dev/zero`` stats as 0 bytes and never
-    ends, and opening a FIFO blocks until someone writes.  The file is opened without blocking and
-    without following a FIFO's writer, checked on the open descriptor (so a swap between a check and
-    the open cannot slip through), and read to at most ``limit + 1`` bytes.
+    Why the shared rule: a ``.py`` that links to ``/dev/zero`` stats as 0 bytes and never ends, and
+    opening a FIFO blocks until someone writes; the rule decides on the open descriptor (regular files
+    only, opened without blocking) and stops reading at ``limit``.  Its one-line error says why a file
+    was not read; the scan lists that file as skipped with that reason.
     """
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        raise SourceError(f"cannot be read ({exc.strerror or exc})") from exc
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise SourceError("not a regular file")
-        if info.st_size > limit:
-            raise SourceError(f"larger than {limit >> 20} MiB ({info.st_size / (1 << 20):.1f} MiB)")
-        chunks: list[bytes] = []
-        total = 0
-        while total <= limit:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-        if total > limit:
-            raise SourceError(f"larger than {limit >> 20} MiB (grew while read)")
-        return b"".join(chunks)
-    except SourceError:
-        raise
-    except OSError as exc:
-        raise SourceError(f"cannot be read ({exc.strerror or exc})") from exc
-    finally:
-        os.close(fd)
+    return read_bytes(path, limit=limit, what="the file", error=InputError)
 
 
 @dataclass(frozen=True)
@@ -137,7 +107,7 @@ def _parse(path: Path, cache: dict[Path, ast.Module | None]) -> ast.Module | Non
     if path not in cache:
         try:
             cache[path] = ast.parse(read_source(path).decode("utf-8-sig"), filename=str(path))
-        except (OSError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError, MemoryError):
+        except (DifforgeError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError, MemoryError):
             cache[path] = None
     return cache[path]
 
@@ -261,5 +231,5 @@ def follow(files: Iterable[Path], pkg: Package | None, depth: int = FOLLOW_DEPTH
     return Followed(pkg.name, tuple(added), depth, len(not_followed), note)
 
 
-__all__ = ["FOLLOW_DEPTH", "MAX_FOLLOWED", "Followed", "Package", "SourceError", "follow", "package_of",
+__all__ = ["FOLLOW_DEPTH", "MAX_FOLLOWED", "Followed", "Package", "follow", "package_of",
            "read_source", "where_defined"]
