@@ -5,6 +5,10 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 export DIFFORGE_HOME ?= $(CURDIR)/.difforge-home
+# Inductor's compiled kernels live in the clone, not in the machine-wide /tmp/torchinductor_<user>: a kernel
+# cache left corrupt there by another process (seen 2026-12-05: a cached CPU kernel aborted the interpreter on
+# load, while the same test passed from a fresh cache) must not fail this clone's tests or demo.
+export TORCHINDUCTOR_CACHE_DIR ?= $(CURDIR)/.cache/torchinductor
 
 # Float results whose last bits follow the CPU's kernels: CI reruns these under every lower
 # ATEN_CPU_CAPABILITY this CPU can execute (scripts/cpu_capabilities.py), so no pin tied to one
