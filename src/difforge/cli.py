@@ -648,12 +648,14 @@ def compare(
     b: Annotated[Path, typer.Argument(help="The reference's images, named like A's.")],
     floor: Annotated[Path | None, typer.Option(
         help="Images of a trusted run at the device's precision, named like B's: pairs are judged against it.")] = None,
-    out: Annotated[Path | None, typer.Option("--out", help="Write report.md and report.json here.")] = None,
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="Write report.html (with the pictures), report.md and report.json here.")] = None,
     as_json: AsJson = False,
 ) -> None:
     """Compare images made elsewhere (another engine, another device) with a reference, pair by pair.
 
-    Exit 0 PASS/WARN, 1 FAIL (a pair beyond its bound), 2 bad usage.
+    Without --floor no pair can PASS or FAIL on precision (the output says why). Exit 0 PASS/WARN, 1 FAIL
+    (a pair beyond its bound), 2 bad usage (a floor that is A itself included).
     """
     from . import api
 
@@ -665,7 +667,9 @@ def compare(
             typer.echo(f"{p.verdict}  {p.name}: {p.why}")
         for path in getattr(result, "report_paths", {}).values():
             typer.echo(f"report: {path}")
-        typer.echo(f"verdict: {result.verdict}")
+        if result.no_floor:
+            typer.echo(f"note: {result.no_floor}.")
+        typer.echo(f"verdict: {result.verdict}" + (" (no floor: precision not judged)" if result.no_floor else ""))
     raise typer.Exit(result.exit_code)
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,8 +13,10 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from difforge import cli
+from difforge.errors import InputError
 from difforge.runtime.images import test_picture
-from difforge.validate.compare import compare
+from difforge.validate.compare import MAX_PIXELS, NO_FLOOR_WHY, compare, image_size
+from difforge.validate.thresholds import NO_FLOOR_COS_DIST
 
 
 def _noisy(img: Image.Image, levels: float, seed: int) -> Image.Image:
@@ -46,11 +50,39 @@ def test_a_clean_run_passes_against_its_floor_and_a_broken_one_fails(folders: di
     assert all(p.ratio > 3 for p in bad.pairs)
 
 
-def test_without_a_floor_a_close_pair_is_only_a_warn(folders: dict[str, Path]) -> None:
-    assert str(compare(folders["good"], folders["ref"]).verdict) == "WARN"
+def test_without_a_floor_no_pair_passes_or_fails_on_precision(folders: dict[str, Path]) -> None:
+    """Issue 28.7: a far pair without a floor is not a FAIL (a clean bf16 picture can be far); the output says why."""
+    close = compare(folders["good"], folders["ref"])
+    assert str(close.verdict) == "WARN" and "within" in close.pairs[0].why and close.no_floor
     flipped = folders["bad"] / "p0.png"
     Image.fromarray(255 - np.asarray(Image.open(flipped).convert("RGB"))).save(flipped)
-    assert str(compare(folders["bad"], folders["ref"]).verdict) == "FAIL"
+    far = compare(folders["bad"], folders["ref"])
+    assert str(far.verdict) == "WARN" and far.exit_code == 0
+    assert far.pairs[0].metrics["cos_distance"] > NO_FLOOR_COS_DIST and "beyond" in far.pairs[0].why
+    assert "not judged (no floor)" in far.pairs[0].why and far.to_dict()["no_floor"] == NO_FLOOR_WHY
+    # What no precision explains still fails without a floor: A blank where B is not.
+    Image.new("RGB", (64, 64), (128, 128, 128)).save(flipped)
+    blank = compare(folders["bad"], folders["ref"])
+    assert str(blank.verdict) == "FAIL" and "blank" in blank.pairs[0].why
+    r = CliRunner().invoke(cli.app, ["compare", str(folders["good"]), str(folders["ref"])])
+    assert r.exit_code == 0 and "note: no --floor" in r.stdout and "precision not judged" in r.stdout, r.output
+
+
+def test_a_floor_that_is_a_is_refused_like_a_self_comparison(folders: dict[str, Path], tmp_path: Path) -> None:
+    """Issue 28.7: a floor byte-identical to A gave PASS at 1.00x; the same folder, a copy, a re-encoding: exit 2."""
+    copy, resaved = tmp_path / "copy", tmp_path / "resaved"
+    copy.mkdir()
+    resaved.mkdir()
+    for name in ("p0.png", "p1.png"):
+        (copy / name).write_bytes((folders["good"] / name).read_bytes())
+        Image.open(folders["good"] / name).save(resaved / name, compress_level=0)  # other bytes, same pixels
+    assert (resaved / "p0.png").read_bytes() != (folders["good"] / "p0.png").read_bytes()
+    runner = CliRunner()
+    for floor, needle in ((folders["good"], "it is A"), (copy, "byte-identical to A's"),
+                          (resaved, "same pixels as A's")):
+        r = runner.invoke(cli.app, ["compare", str(folders["good"]), str(folders["ref"]), "--floor", str(floor)])
+        err = r.stderr.strip()
+        assert r.exit_code == 2 and len(err.splitlines()) == 1 and needle in err and "vouch" in err, r.output
 
 
 def test_size_mismatch_fails_the_pair(folders: dict[str, Path], tmp_path: Path) -> None:
@@ -67,7 +99,7 @@ def test_cli_report_json_and_usage_errors(folders: dict[str, Path], tmp_path: Pa
     assert res.exit_code == 1, res.output
     data = json.loads((out / "report.json").read_text())
     assert data["verdict"] == "FAIL" and len(data["pairs"]) == 2
-    assert "| `p0.png` | FAIL |" in (out / "report.md").read_text()
+    assert "| p0.png | FAIL |" in (out / "report.md").read_text()
     again = runner.invoke(cli.app, ["compare", str(folders["good"]), str(folders["ref"]), "--floor",
                                     str(folders["floor"]), "--out", str(out), "--json"])
     assert again.exit_code == 0 and json.loads(again.stdout)["verdict"] == "PASS"  # the old report is replaced
@@ -80,3 +112,56 @@ def test_cli_report_json_and_usage_errors(folders: dict[str, Path], tmp_path: Pa
         res = runner.invoke(cli.app, args)
         assert res.exit_code == 2, (args, res.output)
     assert (mine / "notes.txt").read_text() == "x"
+
+
+def test_the_html_report_shows_every_pair_worst_first_with_its_pictures(folders: dict[str, Path], tmp_path: Path) -> None:
+    """Issue 28.7: compare had no HTML and no pictures; the strips are the validation gallery's."""
+    bad = folders["bad"] / "p1.png"
+    _noisy(test_picture(80), 40, 7).save(bad)
+    (folders["bad"] / "p0.png").write_bytes((folders["good"] / "p0.png").read_bytes())
+    out = tmp_path / "cmp"
+    res = CliRunner().invoke(cli.app, ["compare", str(folders["bad"]), str(folders["ref"]), "--floor",
+                                       str(folders["floor"]), "--out", str(out)])
+    assert res.exit_code == 1 and f"report: {out / 'report.html'}" in res.stdout, res.output
+    page = (out / "report.html").read_text()
+    assert page.count('src="data:image/png;base64,') == 2 and "Verdict: FAIL" in page
+    assert page.index("<code>p1.png</code>: RMSE") < page.index("<code>p0.png</code>: RMSE")  # worst first
+    pictures = sorted(p.name for p in (out / "pictures").iterdir())
+    assert pictures == ["pair_001.png", "pair_002.png"]
+    strip = Image.open(out / "pictures" / "pair_001.png")
+    assert strip.width >= 5 * 256  # B | A | |A-B| | floor | |floor-B|
+    sums = (out / "SHA256SUMS").read_text()
+    assert all(name in sums for name in ("report.html", "report.md", "report.json", "pictures/pair_001.png"))
+    data = json.loads((out / "report.json").read_text())
+    assert {d["pair"] for d in data["deliverables"] if "pair" in d} == {"p0.png", "p1.png"}
+    nofloor = tmp_path / "nofloor"
+    CliRunner().invoke(cli.app, ["compare", str(folders["good"]), str(folders["ref"]), "--out", str(nofloor)])
+    assert 'id="no-floor"' in (nofloor / "report.html").read_text()
+
+
+def test_pictures_are_sized_from_their_header_before_decoding(tmp_path: Path) -> None:
+    ok = tmp_path / "ok.png"
+    Image.new("1", (2048, 2048)).save(ok)
+    assert image_size(ok) == (2048, 2048) and MAX_PIXELS == 2048 * 2048
+    big = tmp_path / "big.png"
+    Image.new("1", (2049, 2048)).save(big)
+    with pytest.raises(InputError, match="2049x2048"):
+        image_size(big)
+
+
+def test_two_9999_pixel_pngs_are_refused_in_under_1_gb(tmp_path: Path) -> None:
+    """Issue 26 S5: two 777 KB PNGs of 9999x9999 took 22.9 GB; now one line, exit 2, peak RSS < 1 GB."""
+    for side in ("a", "b"):
+        (tmp_path / side).mkdir()
+        Image.new("1", (9999, 9999)).save(tmp_path / side / "x.png")  # 12 KB on disk, 300 MB as RGB
+    code = ("import resource, sys\n"
+            "from difforge.errors import InputError\n"
+            "from difforge.validate.compare import compare\n"
+            "try:\n    compare(sys.argv[1], sys.argv[2])\n    print('judged')\n"
+            "except InputError as exc:\n    print('refused:', exc)\n"
+            "print('peak_mb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "a"), str(tmp_path / "b")],
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    assert "refused:" in out and "9999x9999" in out, out
+    peak = float(out.split("peak_mb")[1])
+    assert peak < 1024, out
