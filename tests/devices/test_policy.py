@@ -132,7 +132,7 @@ def test_env_var_names_are_presets_visibility_and_extras() -> None:
     names = npu.env_var_names()
     assert names[: len(npu.env_presets())] == tuple(p.name for p in npu.env_presets())
     assert "ASCEND_RT_VISIBLE_DEVICES" in names and "HCCL_OP_EXPANSION_MODE" in names
-    assert CUDABackend().env_var_names() == ("PYTORCH_CUDA_ALLOC_CONF", "CUDA_VISIBLE_DEVICES")
+    assert CUDABackend().env_var_names() == ("PYTORCH_CUDA_ALLOC_CONF", "CUDA_VISIBLE_DEVICES", "DIFFORGE_TRITON_KERNELS")
     assert CPUBackend().env_var_names() == ()
 
 

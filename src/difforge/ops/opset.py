@@ -81,8 +81,9 @@ def plain_ops() -> OpSet:
 def select_ops(backend: Backend, overrides: Mapping[str, Callable[..., Any]] | None = None) -> OpSet:
     """Pick each op's implementation for ``backend``: its fused kernel where it offers one, else plain.
 
-    Which kernels exist is the backend's answer (:meth:`~difforge.devices.Backend.fused_kernel`); this
-    function only wraps them to the plain signatures.  ``overrides`` maps an op name (``rms_norm``,
+    Which kernels exist is the backend's answer (:meth:`~difforge.devices.Backend.fused_kernel`): a
+    torch_npu function (wrapped by :mod:`.npu`) or a :class:`~difforge.devices.cuda.TritonKernel` (bound
+    to :mod:`.triton_kernels`); this function only binds them to the plain signatures.  ``overrides`` maps an op name (``rms_norm``,
     ``swiglu``, ``rotary``, ``attention``) to a callable with the *plain* signature; it wins over every
     other choice and is recorded as inexact.
     """
@@ -101,16 +102,25 @@ def select_ops(backend: Backend, overrides: Mapping[str, Callable[..., Any]] | N
     }
     choices = dict(base.choices)
 
+    from ..devices.cuda import TritonKernel
     from . import npu as npu_ops
 
-    if (kernel := backend.fused_kernel("rms_norm")) is not None:
+    triton_ops = [op for op in ("rms_norm", "swiglu", "rotary") if isinstance(backend.fused_kernel(op), TritonKernel)]
+    if triton_ops:  # imported only here: triton is heavy, and absent off Linux
+        from . import triton_kernels
+
+        for op in triton_ops:
+            ops[op] = triton_kernels.KERNELS[op]  # swiglu stays unpacked: a packed GEMM would change the products
+            choices[op] = OpChoice(f"triton {op}", triton_kernels.EXACT[op], triton_kernels.DETAIL[op])
+
+    if "rms_norm" not in triton_ops and (kernel := backend.fused_kernel("rms_norm")) is not None:
         ops["rms_norm"] = npu_ops.make_rms_norm(kernel)
         choices["rms_norm"] = OpChoice("torch_npu.npu_rms_norm", False, "fused kernel; rounding differs from fp32-rsqrt path")
-    if (kernel := backend.fused_kernel("swiglu")) is not None:
+    if "swiglu" not in triton_ops and (kernel := backend.fused_kernel("swiglu")) is not None:
         ops["swiglu"] = npu_ops.make_swiglu(kernel)
         ops["swiglu_packed"] = npu_ops.make_swiglu_packed(kernel)
         choices["swiglu"] = OpChoice("torch_npu.npu_swiglu", False, "on a packed [gate, up] weight built at load time")
-    if (kernel := backend.fused_kernel("rotary")) is not None:
+    if "rotary" not in triton_ops and (kernel := backend.fused_kernel("rotary")) is not None:
         ops["rope_table"] = npu_ops.rope_table
         ops["rotary"] = npu_ops.make_rotary(kernel)
         choices["rotary"] = OpChoice("torch_npu.npu_rotary_mul", False, "rotate-half layout (same attention, other reduction order)")

@@ -1,0 +1,84 @@
+"""The CUDA backend's policy for the Triton kernels: where they are offered, the switch, what select_ops binds
+and records.  The GPU itself is stood in for by patching ``CUDABackend.triton_usable``; the kernels run
+under the interpreter (see conftest.py)."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import pytest
+import torch
+
+from difforge.devices import CPUBackend, CUDABackend
+from difforge.devices.cuda import TRITON_ENV, TRITON_OPS, TritonKernel, triton_ops_asked
+from difforge.errors import InputError
+from difforge.ops import rotary, select_ops
+from difforge.runtime.record import RunRecord
+
+
+@pytest.fixture
+def gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CUDA backend that finds an NVIDIA GPU and triton."""
+    monkeypatch.setattr(CUDABackend, "triton_usable", staticmethod(lambda: True))
+    monkeypatch.delenv(TRITON_ENV, raising=False)
+
+
+def test_offered_for_the_three_elementwise_ops_only(gpu: None) -> None:
+    backend = CUDABackend()
+    assert {op: backend.fused_kernel(op) for op in TRITON_OPS} == {op: TritonKernel(op) for op in TRITON_OPS}
+    assert backend.fused_kernel("attention") is None  # SDPA's own kernels
+
+
+def test_never_without_a_usable_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(CUDABackend, "triton_usable", staticmethod(lambda: False))
+    monkeypatch.setenv(TRITON_ENV, "on")
+    assert all(CUDABackend().fused_kernel(op) is None for op in TRITON_OPS)
+    assert all(CPUBackend().fused_kernel(op) is None for op in TRITON_OPS)
+    assert select_ops(CPUBackend()).names()["rms_norm"].startswith("torch")
+
+
+@pytest.mark.parametrize(("value", "kept"), [
+    (None, set(TRITON_OPS)), ("on", set(TRITON_OPS)), ("1", set(TRITON_OPS)),
+    ("off", set()), ("0", set()), ("rotary, swiglu", {"rotary", "swiglu"}), ("RMS_NORM", {"rms_norm"}),
+])
+def test_switch_values(gpu: None, monkeypatch: pytest.MonkeyPatch, value: str | None, kept: set[str]) -> None:
+    if value is not None:
+        monkeypatch.setenv(TRITON_ENV, value)
+    assert triton_ops_asked(value) == kept
+    assert {op for op in TRITON_OPS if CUDABackend().fused_kernel(op) is not None} == kept
+
+
+def test_a_misspelt_switch_is_one_input_error(gpu: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(TRITON_ENV, "rotary,swigloo")
+    with pytest.raises(InputError, match="swigloo") as info:
+        CUDABackend().fused_kernel("rotary")
+    assert "\n" not in str(info.value)
+
+
+def test_the_switch_is_a_recorded_variable() -> None:
+    assert TRITON_ENV in CUDABackend().env_var_names()
+
+
+def test_select_ops_binds_the_kernels_and_records_their_exactness(gpu: None, tk: ModuleType) -> None:
+    ops = select_ops(CUDABackend())
+    assert ops.rms_norm is tk.rms_norm and ops.swiglu is tk.swiglu and ops.rotary is tk.apply_rotary
+    assert ops.swiglu_packed is None  # a packed gate/up GEMM would change the products
+    assert ops.rope_table is rotary.rope_table
+    record = RunRecord("generate")
+    ops.record_to(record)
+    chosen = {a.what: a for a in record.adaptations}
+    assert chosen["rotary"].choice == "triton rotary" and chosen["rotary"].exact
+    assert chosen["swiglu"].choice == "triton swiglu" and chosen["swiglu"].exact
+    assert chosen["rms_norm"].choice == "triton rms_norm" and not chosen["rms_norm"].exact
+    x = torch.randn(1, 4, 2, 8, generator=torch.Generator().manual_seed(0))
+    table = ops.rope_table(torch.ones(4, 4) * 0.5, torch.ones(4, 4) * 0.25)
+    assert torch.equal(ops.rotary(x, table), rotary.apply_rotary(x, table))
+
+
+def test_switched_off_ops_stay_plain_and_overrides_still_win(
+    gpu: None, tk: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(TRITON_ENV, "rotary")
+    ops = select_ops(CUDABackend(), {"swiglu": lambda g, u: g})
+    assert ops.names()["rotary"] == "triton rotary"
+    assert ops.names()["rms_norm"].startswith("torch") and ops.names()["swiglu"].startswith("override:")
