@@ -149,6 +149,22 @@ ParallelOpt = Annotated[str, typer.Option(
                        "N ranks: URSA's, Qwen-Edit's through diffusers' context parallelism); see docs/parallel.md.")]
 
 
+GoldenDigest = Annotated[str | None, typer.Option(
+    "--golden-digest", help="The digest 'difforge golden' printed: --golden must be that very bundle (exit 2 "
+                            "otherwise); without it the report says the bundle's identity was not checked.")]
+CaptureDigest = Annotated[str | None, typer.Option(
+    "--capture-digest", help="The digest 'difforge capture' printed: --capture must be that very bundle (exit 2 "
+                             "otherwise); without it the report says the capture's identity was not checked.")]
+
+
+def _print_digest(folder: Any, flag: str) -> None:
+    """The bundle's identity, to keep outside it and pass back as ``flag`` (issue 26 S3: SHA256SUMS alone is
+    self-certified)."""
+    from .validate.bundle import bundle_digest
+
+    typer.echo(f"digest: {bundle_digest(folder)} (keep it apart from the bundle; check it with {flag})")
+
+
 def _config_file(ctx: typer.Context, value: Path | None) -> Path | None:
     """``--config FILE`` (YAML or JSON): its keys become the command's defaults; flags on the command line win.
 
@@ -446,6 +462,8 @@ def validate(
     golden: Annotated[Path | None, typer.Option(
         help="A golden bundle (difforge golden --out): read the reference and floor from it instead of computing "
              "them here.")] = None,
+    golden_digest: GoldenDigest = None,
+    capture_digest: CaptureDigest = None,
     msprobe: Annotated[bool, typer.Option(
         "--msprobe", help="Also write msprobe dumps of the device's and the floor's step 0 and msprobe compare's "
                           "table (pip install 'difforge[msprobe]').")] = False,
@@ -499,6 +517,8 @@ def validate(
         true_cfg=true_cfg,
         negative_prompt=negative_prompt,
         golden=str(golden) if golden else None,
+        golden_digest=golden_digest,
+        capture_digest=capture_digest,
         msprobe=msprobe,
         parallel=parallel,
         quiet=quiet,
@@ -560,6 +580,7 @@ def capture_command(
     golden: Annotated[Path | None, typer.Option(
         help="A golden bundle (difforge golden --out): teacher-force the device on its reference states; then judge "
              "with validate --capture OUT --golden G.")] = None,
+    golden_digest: GoldenDigest = None,
     clean: Annotated[bool, typer.Option(
         "--clean", help="State that this is an unmodified port (a device kit's run): tests/fixtures/captures/ then "
                         "requires its judgement to PASS.")] = False,
@@ -584,10 +605,11 @@ def capture_command(
         transformer=str(transformer) if transformer else None, compile=use_compile, fast=fast or [],
         disable=disable or [], offload=offload, vae_tiling=vae_tiling, num_frames=num_frames, guidance=guidance,
         guidance_trunc=guidance_trunc, true_cfg=true_cfg, negative_prompt=negative_prompt, out=str(out), quiet=quiet,
-        golden=str(golden) if golden else None, clean=clean, max_bytes=max_bytes,
+        golden=str(golden) if golden else None, golden_digest=golden_digest, clean=clean, max_bytes=max_bytes,
     )
     size = sum(p.stat().st_size for p in Path(result.out).rglob("*") if p.is_file()) / (1 << 20)
     typer.echo(f"capture: {result.out} ({size:.1f} MiB, {result.seconds:.0f} s)")
+    _print_digest(result.out, "validate --capture-digest")
 
 
 @app.command()
@@ -639,6 +661,7 @@ def golden(
     )
     size = result.manifest.get("bytes", 0) / (1 << 20)
     typer.echo(f"golden: {result.out} ({size:.1f} MiB, {result.seconds:.0f} s)")
+    _print_digest(result.out, "validate --golden-digest")
 
 
 @app.command()

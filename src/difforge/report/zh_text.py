@@ -572,6 +572,11 @@ rule(r"reference and floor read from the golden bundle (?P<path>.+) \(made (?P<c
      "参考与噪声基线读取自标杆数据包 {path}（由 difforge {ver} 于 {created} 生成）：二者均未在本机运行；"
      "算子级验证在本机的 float32 内核上重放被测设备捕获的调用")
 
+rule(r"the (?P<kind>golden bundle|capture) (?P<path>.+) was not checked against an external digest \(no "
+     r"(?P<flag>--golden-digest|--capture-digest)\): its SHA256SUMS shows only that its files agree with one another, "
+     r"and a bundle changed with its sums recomputed would pass too; its digest is (?P<d>[0-9a-f]+)",
+     "{kind} {path} 未经外部核对（未给出 {flag}）：其 SHA256SUMS 只表示其中各文件之间一致，改动后重新计算 SHA256SUMS "
+     "的数据包同样能通过；其 sha256 为 {d}", kind=_word({"golden bundle": "标杆数据包", "capture": "捕获数据包"}))
 rule(r"the device under test \((?P<dut>.+?), (?P<name>.+?)\) ran elsewhere: its half of this validation is the "
      r"capture (?P<path>.+) \(made (?P<created>.+) by difforge (?P<ver>\S+), digest (?P<d>[0-9a-f]+)\); the reference "
      r"and the floor ran here, teacher-forced on the device's own recorded states",

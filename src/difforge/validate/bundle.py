@@ -324,8 +324,12 @@ class Bundle:
     """A verified bundle: :func:`open_bundle` checked every file's hash, the format and the version."""
 
     def __init__(self, folder: Path, manifest: dict[str, Any], data: dict[str, Any],
-                 tensors: dict[str, torch.Tensor]) -> None:
+                 tensors: dict[str, torch.Tensor], digest: str = "", digest_checked: bool = False) -> None:
         self.folder = folder
+        #: sha256 of the SHA256SUMS this bundle was verified with (:func:`bundle_digest`), and whether the user
+        #: gave the same digest from outside the bundle (``--golden-digest``).
+        self.digest = digest
+        self.digest_checked = digest_checked
         self.manifest = manifest
         self.tensors = tensors
         self.data = unpack(data, tensors)
@@ -342,9 +346,13 @@ class Bundle:
         return [self.image(n) for n in names]
 
 
-def _listed(folder: Path, flag: str = "--golden", maker: str = "difforge golden") -> dict[str, str]:
+def _listed(folder: Path, flag: str = "--golden", maker: str = "difforge golden") -> tuple[dict[str, str], str]:
+    """``SHA256SUMS`` as {relative path: sha256}, and the bundle's digest (the sha256 of those very bytes)."""
+    import hashlib
+
     try:
-        text = (folder / SUMS).read_text(encoding="utf-8")
+        raw = (folder / SUMS).read_bytes()
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError):
         kind = "golden bundle" if flag == "--golden" else "capture bundle"
         raise GoldenError(f"{flag} {folder} is not a {kind} (no readable {SUMS}); make one with '{maker}'.") from None
@@ -354,7 +362,51 @@ def _listed(folder: Path, flag: str = "--golden", maker: str = "difforge golden"
         if not sep or len(digest) != 64 or not name or Path(name).is_absolute() or ".." in Path(name).parts:
             raise GoldenError(f"{flag} {folder}: {SUMS} is damaged (line {line[:60]!r}); make the bundle again.")
         listed[name] = digest
-    return listed
+    return listed, hashlib.sha256(raw).hexdigest()
+
+
+def bundle_digest(folder: str | Path) -> str:
+    """A bundle's identity: the sha256 of its ``SHA256SUMS``, which names the sha256 of every other file.
+
+    ``difforge golden`` / ``capture`` print it; ``validate --golden-digest`` / ``--capture-digest`` compare it.
+    SHA256SUMS alone proves only that a bundle's files agree with each other (whoever edits a file can
+    recompute the sums); this digest, kept outside the bundle, proves it is the bundle that was made.
+    """
+    import hashlib
+
+    return hashlib.sha256((Path(folder) / SUMS).read_bytes()).hexdigest()
+
+
+def identity_notes(golden: Bundle | None, capture: Bundle | None) -> list[str]:
+    """The report's notes on every bundle a validation read whose digest nobody checked (see :func:`identity_note`)."""
+    notes = [identity_note(b, flag) for b, flag in ((golden, "--golden"), (capture, "--capture")) if b is not None]
+    return [n for n in notes if n]
+
+
+#: The flag that gives each bundle kind's digest (``--golden G --golden-digest HEX``).
+DIGEST_FLAGS = {"--golden": "--golden-digest", "--capture": "--capture-digest"}
+
+
+def parse_digest(value: Any, flag: str) -> str | None:
+    """``--golden-digest`` / ``--capture-digest``: 64 hex digits (``sha256:`` prefix allowed), lower-cased; None
+    when not given.  InputError (exit 2) otherwise."""
+    if value is None:
+        return None
+    text = str(value).strip().lower().removeprefix("sha256:")
+    if len(text) != 64 or any(c not in "0123456789abcdef" for c in text):
+        raise InputError(f"{flag} takes the 64 hex digits 'difforge golden' or 'difforge capture' printed, got "
+                         f"{str(value)[:80]!r}.")
+    return text
+
+
+def identity_note(bundle: Bundle, flag: str) -> str | None:
+    """The report's line on a bundle whose digest was not compared with one kept outside it (None when it was)."""
+    if bundle.digest_checked:
+        return None
+    kind = "golden bundle" if flag == "--golden" else "capture"
+    return (f"the {kind} {bundle.folder} was not checked against an external digest (no {DIGEST_FLAGS[flag]}): its "
+            f"{SUMS} shows only that its files agree with one another, and a bundle changed with its sums recomputed "
+            f"would pass too; its digest is {bundle.digest}")
 
 
 def _files(folder: Path) -> Iterator[str]:
@@ -363,9 +415,13 @@ def _files(folder: Path) -> Iterator[str]:
             yield path.relative_to(folder).as_posix()
 
 
-def open_bundle(folder: str | Path, fmt: str = FORMAT, flag: str = "--golden", maker: str = "difforge golden") -> Bundle:
+def open_bundle(folder: str | Path, fmt: str = FORMAT, flag: str = "--golden", maker: str = "difforge golden",
+                digest: str | None = None) -> Bundle:
     """Read and verify a bundle of format ``fmt`` (a golden bundle, or a capture with ``flag`` ``--capture``);
-    any damage, tampering or version mismatch is one GoldenError line naming ``flag``."""
+    any damage, tampering or version mismatch is one GoldenError line naming ``flag``.
+
+    ``digest`` (``--golden-digest``, as :func:`parse_digest` returns it): the bundle must be the one whose digest
+    its maker printed; compared first, before any other file is read."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -374,7 +430,11 @@ def open_bundle(folder: str | Path, fmt: str = FORMAT, flag: str = "--golden", m
     if not root.is_dir():
         what = "is a file" if root.exists() else "does not exist"
         raise GoldenError(f"{flag} {root} {what}; give the folder '{maker} --out' wrote.")
-    listed = _listed(root, flag, maker)
+    listed, own_digest = _listed(root, flag, maker)
+    if digest is not None and digest != own_digest:
+        raise GoldenError(f"{flag} {root} is not the bundle {DIGEST_FLAGS[flag]} names: its digest is "
+                          f"{own_digest[:16]}..., not {digest[:16]}... (it was changed or replaced since '{maker}' "
+                          "printed it); use the bundle that was made, or make it again.")
     for name in (MANIFEST, DATA, TENSORS):
         if name not in listed:
             raise GoldenError(f"{flag} {root} is not a {kind} ({name} is not listed in {SUMS}).")
@@ -382,11 +442,11 @@ def open_bundle(folder: str | Path, fmt: str = FORMAT, flag: str = "--golden", m
     if extra:
         raise GoldenError(f"{flag} {root} holds a file the bundle does not list ({extra[0]}): it was changed "
                           f"after '{maker}' wrote it; make the bundle again.")
-    for name, digest in sorted(listed.items()):
+    for name, want in sorted(listed.items()):
         path = root / name
         if path.is_symlink() or not path.is_file():
             raise GoldenError(f"{flag} {root}: {name} is missing; make the bundle again.")
-        if sha256_file(path) != digest:
+        if sha256_file(path) != want:
             raise GoldenError(f"{flag} {root}: {name} does not match its sha256 in {SUMS} (the bundle was changed "
                               "or damaged); make the bundle again.")
     try:
@@ -408,13 +468,13 @@ def open_bundle(folder: str | Path, fmt: str = FORMAT, flag: str = "--golden", m
         tensors = load_file(str(root / TENSORS))
     except (SafetensorError, OSError, ValueError) as exc:
         raise GoldenError(f"{flag} {root}: {TENSORS} cannot be read ({exc}).") from None
-    return Bundle(root, manifest, data, tensors)
+    return Bundle(root, manifest, data, tensors, digest=own_digest, digest_checked=digest is not None)
 
 
 def is_bundle_folder(folder: Path) -> bool:
     """True when ``folder`` is a golden or capture bundle that lists exactly its files (so replacing it loses nothing)."""
     try:
-        listed = _listed(folder)
+        listed, _digest = _listed(folder)
     except GoldenError:
         return False
     try:
@@ -438,6 +498,10 @@ __all__ = [
     "BundleWriter",
     "GoldenError",
     "Reducer",
+    "bundle_digest",
+    "identity_note",
+    "identity_notes",
+    "parse_digest",
     "image_hash",
     "open_bundle",
     "weight_hashes",

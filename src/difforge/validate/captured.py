@@ -48,9 +48,11 @@ from .bundle import (
     Bundle,
     GoldenError,
     Reducer,
+    bundle_digest,
     first_difference,
     image_hash,
     open_bundle,
+    parse_digest,
     weight_hashes,
 )
 from .opstore import load_capture
@@ -406,7 +408,7 @@ class Captured:
                 "calls and samples, the other rungs what validate keeps")
 
     def digest(self) -> str:
-        return bundle_digest(self.bundle.folder)
+        return self.bundle.digest
 
     def check_golden(self, golden: Any) -> None:
         """``--golden`` with ``--capture``: the device must have been teacher-forced on that very bundle's states
@@ -415,14 +417,9 @@ class Captured:
         if made_with is None:
             raise CaptureError(f"--capture {self.bundle.folder} was made on the device's own states, not on a golden "
                                "bundle's: judge it without --golden, or capture with --golden G.")
-        if made_with != bundle_digest(golden.bundle.folder):
+        if made_with != golden.bundle.digest:
             raise CaptureError(f"--capture {self.bundle.folder} was teacher-forced on another golden bundle than "
                                f"--golden {golden.bundle.folder}; give the bundle the capture was made with.")
-
-
-def bundle_digest(folder: Path) -> str:
-    """sha256 of a bundle's SHA256SUMS: one name for every byte of it."""
-    return hashlib.sha256((Path(folder) / "SHA256SUMS").read_bytes()).hexdigest()
 
 
 def open_capture(options: Any, probe_type: Any) -> Captured:
@@ -430,7 +427,8 @@ def open_capture(options: Any, probe_type: Any) -> Captured:
     options before anything loads.  Raises CaptureError (exit 2)."""
     from .inputs import read_prompts
 
-    bundle = open_bundle(str(options.capture), fmt=CAPTURE_FORMAT, flag="--capture", maker="difforge capture")
+    bundle = open_bundle(str(options.capture), fmt=CAPTURE_FORMAT, flag="--capture", maker="difforge capture",
+                         digest=parse_digest(getattr(options, "capture_digest", None), "--capture-digest"))
     m = bundle.manifest
     where = f"--capture {options.capture}"
     folder, _family = resolve_model(options.model)

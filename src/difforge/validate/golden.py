@@ -46,6 +46,7 @@ from .bundle import (
     first_difference,
     image_hash,
     open_bundle,
+    parse_digest,
     weight_hashes,
 )
 from .floor import module_dtypes
@@ -346,7 +347,8 @@ def open_golden(options: ValidateOptions) -> Golden:
     """Open ``options.golden`` and check what can be checked before anything loads: the bundle's own
     files, the weights, the inputs and the settings.  Fills the prompts and pictures from the bundle
     when the user gave none.  Raises GoldenError (exit 2)."""
-    bundle = open_bundle(str(options.golden))
+    bundle = open_bundle(str(options.golden), digest=parse_digest(getattr(options, "golden_digest", None),
+                                                                  "--golden-digest"))
     m = bundle.manifest
     where = f"--golden {options.golden}"
     folder, _family = resolve_model(options.model)

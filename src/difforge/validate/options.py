@@ -78,6 +78,10 @@ class ValidateOptions:
     #: A capture bundle (``difforge capture --out``): the device under test's half of this validation, made
     #: on the device; the reference and floor are computed here (or read from ``golden``).
     capture: str | None = None
+    #: The digest ``difforge golden`` / ``capture`` printed (:func:`~.bundle.bundle_digest`), kept outside the bundle:
+    #: the bundle must be that one.  Without it the report says its identity was not checked.
+    golden_digest: str | None = None
+    capture_digest: str | None = None
     #: Also write msprobe dumps of the device's and the floor's step 0 and msprobe compare's table
     #: (:mod:`.msprobe_view`; needs ``pip install 'difforge[msprobe]'``).
     msprobe: bool = False
@@ -144,8 +148,19 @@ class ValidateOptions:
             from .msprobe_view import require
 
             require()
+        self.check_digests()
         check_out_dir(self.out)
         check_out_keeps_inputs(self)
+
+    def check_digests(self) -> None:
+        """``--golden-digest`` / ``--capture-digest``: 64 hex digits, and only beside the bundle they name."""
+        from .bundle import parse_digest
+
+        for flag, bundle, digest in (("--golden", self.golden, self.golden_digest),
+                                     ("--capture", self.capture, self.capture_digest)):
+            parse_digest(digest, f"{flag}-digest")
+            if digest is not None and not bundle:
+                raise InputError(f"{flag}-digest names a bundle's digest; give the bundle with {flag} too.")
 
     def run_overrides(self) -> dict[str, Any]:
         """The RunConfig fields these options set (guidance etc. only when given: RunConfig's defaults stay)."""

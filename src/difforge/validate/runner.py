@@ -30,7 +30,7 @@ from ..models.registry import resolve_model
 from ..runtime.record import RunRecord
 from ..shapes.prompts import score as score_item
 from .bench import bench_rung, speed_row, speed_table
-from .bundle import weight_hashes
+from .bundle import identity_notes, weight_hashes
 from .captured import Captured, capture_images, check_prompt_set, open_capture
 from .components import component_rung
 from .determinism import determinism_rung
@@ -376,6 +376,8 @@ class _Climb:
                           f"the reference ({lad.ref_label}) could not be loaded: {self.ref.error}")
         elif self.dut.pipe is not None:
             self.floor = lad.load_floor(self.dut.pipe)
+        lad.notes.extend(identity_notes(self.golden.bundle if self.golden else None,
+                                        self.captured.bundle if self.captured else None))  # no external digest given
         self.prog.done(None, t0)
         # 2. smoke ------------------------------------------------------------------------------------
         if self.smoke().verdict is Verdict.FAIL:
