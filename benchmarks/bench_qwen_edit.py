@@ -16,8 +16,10 @@ One more instrumented pass of ``difforge default`` (synchronised around each cal
 of a step spent on the true-CFG combine (``loop.combine_cfg``) and on the scheduler's Euler step;
 random draws take none (the noise is drawn once, before the loop).
 
-``--fp8`` times the difforge variants with every block Linear stored as float8_e4m3fn
-(``Fp8Linear``, dequantised per forward); the reference stays bf16.  FLOPs are model FLOPs (two
+``--fp8`` adds, after the bf16 rows, the default (compiled too with ``--compile``) with every block
+Linear stored as float8_e4m3fn (``Fp8Linear``, dequantised per forward): bf16 and fp8 side by side from
+one process; the reference stays bf16.  Fp8 storage halves the weights' memory, it does not compute
+in fp8.  FLOPs are model FLOPs (two
 unpadded batch-1 forwards) counted by FlopCounterMode on a meta-device copy; MFU uses
 the sourced peak table of ``difforge.validate.bench``.  Nothing here asserts a speed.
 
@@ -29,6 +31,7 @@ the sourced peak table of ``difforge.validate.bench``.  Nothing here asserts a s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import math
 import resource
@@ -77,6 +80,7 @@ SIZES = {
     "tiny": Size("tiny", TINY_CONFIG, 64, 8, {"edit": (24, 20), "plus": (12, 10)}),
 }
 REFERENCE = "diffusers reference (2 calls)"
+DEFAULT = "difforge default"
 
 
 def _meta_transformer(config: dict[str, Any], zero_cond_t: bool) -> nn.Module:
@@ -185,6 +189,25 @@ def time_loop(transformer: nn.Module, p: Any, backend: Any, batched: bool, warmu
     backend.synchronize()
     times = [1000.0 * t for t in timer.durations()[warmup:]]
     return times, backend.peak_memory_bytes()
+
+
+def _eager(compiled: bool) -> contextlib.AbstractContextManager[Any]:
+    """Compiled modules run eager inside (``torch.compiler.set_stance("force_eager")``, torch >= 2.6)."""
+    if compiled and hasattr(torch.compiler, "set_stance"):
+        return torch.compiler.set_stance("force_eager")
+    return contextlib.nullcontext()
+
+
+def time_compiled(model: nn.Module, p: Any, backend: Any, args: argparse.Namespace, result: Any, how: str,
+                  note: str, name: str = f"{DEFAULT} + compile") -> BenchResult:
+    """Time the compiled default: the first two steps (the compile) apart, then the timed steps."""
+    t0 = time.perf_counter()
+    time_loop(model, p, backend, True, 2, 0)  # the first step compiles (2: one step gives NaN sigmas)
+    compile_s = time.perf_counter() - t0
+    times, peak = time_loop(model, p, backend, True, args.warmup, args.steps)
+    row = result(name, times, peak, 1, f"{how} (first steps {compile_s:.1f} s){note}; not bit for bit")
+    row.extra["compile_s"] = compile_s
+    return row
 
 
 def time_shares(transformer: nn.Module, p: Any, backend: Any, batched: bool, steps: int,
@@ -296,26 +319,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     install_processor(model)
     install_real_rope(model)
-    if args.fp8:
-        converted = to_fp8_storage(model)
-        weights["fp8_on_device"] = module_weight_bytes(model)
-        weights["fp8_linears"] = converted
-    store = " fp8 storage," if args.fp8 else ""
     times, peak = time_loop(model, p, backend, False, args.warmup, args.steps)
-    results.append(result("difforge, two calls", times, peak, 2, f"real RoPE,{store} eager"))
+    results.append(result("difforge, two calls", times, peak, 2, "real RoPE, eager"))
     times, peak = time_loop(model, p, backend, True, args.warmup, args.steps)
-    results.append(result("difforge default", times, peak, 1, f"batched CFG (batch 2), real RoPE,{store} eager"))
+    results.append(result(DEFAULT, times, peak, 1, "batched CFG (batch 2), real RoPE, eager"))
     shares = time_shares(model, p, backend, True, max(args.steps, 2))
     if args.compile:
         # The same compile policy as `difforge edit --compile` (Inductor; torchair on NPU; eager if none).
         compile_record = RunRecord(kind="bench")
         install_compile(model, SpeedOptions(compile=True), backend, compile_record)
-        t0 = time.perf_counter()
-        time_loop(model, p, backend, True, 2, 0)  # the first step compiles (2: one step gives NaN sigmas)
-        compile_s = time.perf_counter() - t0
-        times, peak = time_loop(model, p, backend, True, args.warmup, args.steps)
-        results.append(result("difforge default + compile", times, peak, 1,
-                              f"{compile_record.adaptations[-1].choice} (first step {compile_s:.1f} s){store}"))
+        results.append(time_compiled(model, p, backend, args, result, compile_record.adaptations[-1].choice, ""))
+    if args.fp8:  # the same model's Linear weights stored as fp8, beside the bf16 rows (memory, not speed)
+        weights["fp8_linears"] = to_fp8_storage(model)
+        weights["fp8_on_device"] = module_weight_bytes(model)
+        note = "fp8 e4m3fn weight storage, dequantised per forward (approximate)"
+        with _eager(args.compile):  # the compiled blocks run eager here (torch.compiler.set_stance)
+            times, peak = time_loop(model, p, backend, True, args.warmup, args.steps)
+        results.append(result(f"{DEFAULT}, fp8", times, peak, 1, f"batched CFG, real RoPE, eager; {note}"))
+        if args.compile:  # the compiled blocks see new modules: the first steps recompile
+            results.append(time_compiled(model, p, backend, args, result, "recompiled for fp8 storage", f"; {note}",
+                                         name=f"{DEFAULT} + compile, fp8"))
 
     base = results[0].ms_per_step
     payload: dict[str, Any] = {

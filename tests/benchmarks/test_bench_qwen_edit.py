@@ -42,3 +42,17 @@ def test_random_transformer_is_built_on_the_target_device_with_finite_outputs() 
     assert torch.isfinite(out).all() and out.abs().max() > 0
     assert bench_qwen_edit.to_fp8_storage(model) > 0
     assert any(p.dtype == torch.float8_e4m3fn for p in model.parameters())
+
+
+def test_fp8_rows_stand_beside_the_bf16_rows(tmp_path: Path) -> None:
+    """``--fp8`` adds the fp8-storage default after the full-precision rows instead of replacing them."""
+    out = tmp_path / "qwen.json"
+    bench_qwen_edit.main(["--tiny", "--steps", "1", "--warmup", "1", "--fp8", "--json", str(out)])
+    data = json.loads(out.read_text())
+    rows = {r["name"]: r for r in data["results"]}
+    default = bench_qwen_edit.DEFAULT
+    assert list(rows) == [bench_qwen_edit.REFERENCE, "difforge, two calls", default, f"{default}, fp8"]
+    assert "fp8" not in rows[default]["notes"] and "fp8 e4m3fn weight storage" in rows[f"{default}, fp8"]["notes"]
+    weights = data["weight_bytes"]["this_size"]
+    assert weights["fp8_linears"] > 0 and weights["fp8_on_device"] < weights["float32_on_device"]
+    assert set(data["ratios_vs_reference"]) == set(rows)

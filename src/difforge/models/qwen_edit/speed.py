@@ -17,6 +17,8 @@ from typing import Any
 import torch
 
 from ...devices import Backend, CompilePolicy
+from ...devices.compile import use_compile_caches
+from ...runtime.hashes import difforge_home
 from ...runtime.record import RunRecord
 from .attention import install_processor, install_real_rope, remove_real_rope
 from .loop import SpeedOptions, uses_difforge_processor
@@ -144,7 +146,8 @@ def install_compile(transformer: Any, options: SpeedOptions, backend: Backend, r
 
     :meth:`difforge.devices.Backend.compile_policy` picks the backend (Inductor, torchair on an NPU) and
     mode; a device without a usable compiler (an NPU without torchair, a CPU without a C++ compiler)
-    stays eager and the record says why.
+    stays eager and the record says why.  The compile caches live under ``DIFFORGE_HOME``
+    (:func:`~difforge.devices.compile.use_compile_caches`).  Only on request: the automatic choice is URSA's.
     """
     if not options.compile:
         return None
@@ -152,6 +155,7 @@ def install_compile(transformer: Any, options: SpeedOptions, backend: Backend, r
     if not policy.available:
         record.adapt("compile", "eager (compile requested)", detail=policy.detail)
         return policy
+    use_compile_caches(difforge_home())  # before Inductor first reads its cache folder
     transformer.compile_repeated_blocks(**policy.torch_compile_kwargs())
     record.adapt(
         "compile", f"{policy.label}: regional (each transformer block, diffusers compile_repeated_blocks)",

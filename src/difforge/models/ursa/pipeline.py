@@ -24,7 +24,9 @@ Opt-in approximations (``cfg.fast``): ``unguided-tail`` - steps with t >= guidan
 conditional half only (u + (c - u) differs from c by an ulp, so a rare draw can flip).
 ``cfg.compile`` compiles the decoder layer (regional compile, see :mod:`difforge.devices.compile`),
 and on the Philox stream the sampler block too; it is exact within floating-point noise, not bit
-for bit.
+for bit.  Unasked, an accelerator compiles once the eager steps this process has run (and this call's)
+would have paid for the compile (:func:`~difforge.devices.compile.auto_compile`; never on the CPU);
+the record's ``compile`` line says which and why.  Compile caches live under ``DIFFORGE_HOME``.
 
 What validation asks of the family (teacher-forced steps, components, FLOPs, operator capture) is
 :class:`~.probe.URSAProbe`'s job; the pipeline only exposes the public pieces it is built from.
@@ -45,8 +47,16 @@ import torch.nn.functional as F
 
 from ...config import RunConfig
 from ...devices import Backend, CompilePolicy, dtype_name
+from ...devices.compile import (
+    AUTO_SAVED_SHARE,
+    CompileCaches,
+    CompileChoice,
+    auto_compile,
+    use_compile_caches,
+)
 from ...errors import InputError, SizeError
 from ...ops import select_ops
+from ...runtime.hashes import difforge_home
 from ...runtime.philox import BlockFn
 from ...runtime.progress import spinner, track
 from ...runtime.record import RunRecord
@@ -120,6 +130,8 @@ class URSAPipeline:
         #: the Philox stream's categorical sampler (sampling.INVERSE_CDF; GUMBEL_MAX for comparison, not a run switch)
         self.philox_sampler = INVERSE_CDF
         self.sampler_fns: dict[str, BlockFn | None] = {}  # compiled sampler blocks by sampler, while compiled
+        #: eager steps run by this pipeline per run shape (see :meth:`compile_key`): (median step s, steps)
+        self.eager_steps: dict[str, tuple[float, int]] = {}
 
     # ------------------------------------------------------------------------------------ loading
     @classmethod
@@ -295,11 +307,67 @@ class URSAPipeline:
             return None
         if self.compile_policy is None:
             policy = self.backend.compile_policy()
+            if policy.available:
+                self.compile_caches()
             self.transformer.set_layer_fn(policy.compile(run_layer))
             # the Philox stream's sampler block (softmax, uniforms, cumulative sums); compiled at first call
             self.sampler_fns = {name: policy.compile(sampler_block(name)) for name in PHILOX_SAMPLERS}
             self.compile_policy = policy
         return self.compile_policy
+
+    @staticmethod
+    def compile_caches() -> CompileCaches:
+        """Inductor's and Triton's caches under ``DIFFORGE_HOME`` (unless the user set them), before any compile."""
+        return use_compile_caches(difforge_home())
+
+    def compile_key(self, call: URSACall) -> str:
+        """What a compiled graph is specialised to: model shape, dtype, device, image shape and batch rows."""
+        tcfg = self.transformer.config
+        rows = len(prompt_list(call.prompt) or [""]) * call.per_prompt * (2 if call.cfg.guidance > 1 else 1)
+        return (f"ursa-h{tcfg.hidden_size}-l{tcfg.num_hidden_layers}-v{tcfg.vocab_size}-{dtype_name(self.dtype)}-"
+                f"{self.device.type}-{'x'.join(map(str, call.latent_shape))}-r{rows}-torch{torch.__version__}")
+
+    def choose_compile(self, call: URSACall) -> CompileChoice:
+        """Whether this call compiles: ``--compile`` does; the reference's call never does; otherwise
+        :func:`~difforge.devices.compile.auto_compile` on this pipeline's measured eager steps."""
+        cfg = call.cfg
+        if cfg.compile:
+            return CompileChoice(True, "asked for (--compile)")
+        if call.record is None or cfg.parallel not in ("none", "data"):
+            return CompileChoice(False, "not asked")
+        if self.compile_policy is not None:  # compiled by an earlier call: its cost is paid
+            return CompileChoice(True, "auto: compiled by an earlier call of this pipeline (cost already paid)")
+        policy = self.backend.compile_policy()
+        if self.device.type not in AUTO_SAVED_SHARE or not policy.available:
+            return auto_compile(policy, None, 0, call.steps, False)
+        key = self.compile_key(call)
+        step_s, done = self.eager_steps.get(key, (None, 0))
+        return auto_compile(policy, step_s, done, call.steps, self.compile_caches().is_warm(key))
+
+    def _after_call(self, call: URSACall, choice: CompileChoice) -> None:
+        """Remember this call's eager steps (the auto rule's estimate), or mark its compiled model as cached."""
+        record = call.record
+        if record is None or not record.step_times_s:
+            return
+        key = self.compile_key(call)
+        if self.compile_policy is not None and self.compile_policy.available:
+            caches = self.compile_caches()
+            if not caches.is_warm(key):
+                caches.mark(key, record.step_times_s[0])  # the first compiled step includes the compile
+            return
+        times = sorted(record.step_times_s)
+        _, done = self.eager_steps.get(key, (None, 0))
+        self.eager_steps[key] = (times[len(times) // 2], done + len(times))
+
+    def _record_compile(self, choice: CompileChoice, record: RunRecord) -> None:
+        """The compile line of an unasked choice where the auto rule may compile (accelerators)."""
+        if choice.reason.startswith("auto:") and self.device.type in AUTO_SAVED_SHARE:
+            policy = self.compile_policy
+            if policy is not None and policy.available:
+                record.adapt("compile", f"{policy.label}: regional (decoder layer), chosen automatically",
+                             exact=False, detail=f"{choice.reason}; {policy.detail}; not bit for bit")
+            else:
+                record.adapt("compile", "eager (auto)", detail=choice.reason)
 
     def _record_flags(self, flags: Optimisations, record: RunRecord) -> None:
         """Record each switch of the call, and the compile policy :meth:`set_compile` left in force.
@@ -625,9 +693,11 @@ class URSAPipeline:
                 kwargs["prompt"] = cfg
             call = self.check_inputs(ReferenceArgs(**kwargs))
         cfg, record = call.cfg, call.record
-        self.set_compile(cfg.compile)  # the one place compile is switched (the reference's call never asks)
+        choice = self.choose_compile(call)
+        self.set_compile(choice.compile)  # the one place compile is switched (the reference's call never asks)
         if record is not None:
             self._record_flags(call.flags, record)
+            self._record_compile(choice, record)
         split = self._cfg_split(cfg, record)
         seq_group = self._seq_group(cfg, record)
         self.place_transformer(self.device)
@@ -645,6 +715,7 @@ class URSAPipeline:
                              quiet=cfg.quiet, split=split, shard=shard)
         tokens = x.view(-1, *call.latent_shape).cpu()
         self.last_tokens = tokens
+        self._after_call(call, choice)
         if call.output_type == "latent":
             return URSAPipelineOutput(frames=tokens)
 
