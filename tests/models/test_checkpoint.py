@@ -99,7 +99,7 @@ def test_unreadable_paths(tmp_path: Path) -> None:
     assert "No such file" in refused(tmp_path / "missing.safetensors", "cannot be read")
     folder = tmp_path / "folder.safetensors"
     folder.mkdir()
-    refused(folder, "cannot be read")
+    refused(folder, "is a folder, not a regular file")
 
 
 def test_the_data_is_not_read(tmp_path: Path) -> None:

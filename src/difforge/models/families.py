@@ -7,6 +7,7 @@ imported from the folder.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ..errors import CheckpointError, ModelFamilyError
@@ -27,9 +28,9 @@ PIPELINE_CLASSES = {
 
 def detect_family(folder: Path) -> str:
     index = folder / "model_index.json"
-    if not index.is_file():
+    if not os.path.lexists(index):
         raise ModelFamilyError(f"{folder} has no model_index.json; point --model at a diffusers-style model folder.")
-    name = read_json(index).get("_class_name")
+    name = read_json(index, root=folder).get("_class_name")
     if not isinstance(name, str):  # a list or object here is unhashable: the lookup below would crash
         raise CheckpointError(f"{index} has no string _class_name (found {repr(name)[:60]}); it is not a pipeline index.")
     if name not in PIPELINE_CLASSES:

@@ -23,6 +23,7 @@ import os
 import stat
 from collections.abc import Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 from ..errors import CheckpointError, DifforgeError, InputError
 
@@ -112,6 +113,68 @@ def _open(target: Path, what: str, error: type[DifforgeError]) -> int:
         raise error(f"{what} cannot be opened ({exc.strerror or exc}).") from None
 
 
+def _open_checked(
+    path: Path, what: str, error: type[DifforgeError], root: Path | None, also: Sequence[Path]
+) -> tuple[int, os.stat_result]:
+    """A descriptor open on the regular file ``path`` (inside ``root`` when given) and its ``fstat``."""
+    target = resolve_inside(root, path, what, error, also=also) if root is not None else path
+    fd = _open(target, what, error)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise error(f"{what} is {_kind(st.st_mode)}, not a regular file.")
+        if root is not None:
+            opened = _opened_path(fd)
+            if opened is not None and opened.is_absolute() and not _within(opened, [Path(root).resolve(), *also]):
+                raise error(f"{what} was replaced by a link to {opened} while being opened; it lies outside {root}.")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def check_file(
+    path: str | Path,
+    *,
+    what: str,
+    error: type[DifforgeError] = CheckpointError,
+    root: Path | None = None,
+    also: Sequence[Path] = (),
+    limit: int | None = None,
+) -> Path:
+    """The real path of ``path`` once it is known to be a regular file (inside ``root``, at most ``limit``
+    bytes when given); else one ``error`` line.
+
+    For files a library opens itself (safetensors, transformers' tokenizer files): difforge cannot
+    read them for it, so it holds them to the same rule first.  Judged on an open descriptor, like
+    :func:`read_bytes`.
+    """
+    fd, st = _open_checked(Path(path), what, error, root, also)
+    os.close(fd)
+    if limit is not None and st.st_size > limit:
+        raise error(f"{what} is larger than {describe_size(limit)}, the most difforge reads for it.")
+    return _real(Path(path), what, error)
+
+
+def open_file(
+    path: str | Path,
+    *,
+    what: str,
+    error: type[DifforgeError] = CheckpointError,
+    root: Path | None = None,
+    also: Sequence[Path] = (),
+    limit: int | None = None,
+) -> BinaryIO:
+    """The regular file ``path`` open for binary reading (seekable, for readers such as ``zipfile``), held to
+    :func:`check_file`'s rule on the very descriptor returned."""
+    fd, st = _open_checked(Path(path), what, error, root, also)
+    if limit is not None and st.st_size > limit:
+        os.close(fd)
+        raise error(f"{what} is larger than {describe_size(limit)}, the most difforge reads for it.")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
 def read_bytes(
     path: str | Path,
     *,
@@ -127,17 +190,8 @@ def read_bytes(
     ``root`` the file must lie inside it (or inside one of ``also``) after every link (see
     :func:`resolve_inside`).
     """
-    path = Path(path)
-    target = resolve_inside(root, path, what, error, also=also) if root is not None else path
-    fd = _open(target, what, error)
+    fd, _st = _open_checked(Path(path), what, error, root, also)
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise error(f"{what} is {_kind(mode)}, not a regular file.")
-        if root is not None:
-            opened = _opened_path(fd)
-            if opened is not None and opened.is_absolute() and not _within(opened, [Path(root).resolve(), *also]):
-                raise error(f"{what} was replaced by a link to {opened} while being opened; it lies outside {root}.")
         chunks: list[bytes] = []
         size = 0
         while size <= limit:
@@ -176,4 +230,4 @@ def read_text(
         raise error(f"{what} is not UTF-8 text (byte {exc.start} cannot be decoded).") from None
 
 
-__all__ = ["describe_size", "read_bytes", "read_text", "resolve_inside"]
+__all__ = ["check_file", "describe_size", "open_file", "read_bytes", "read_text", "resolve_inside"]

@@ -19,12 +19,14 @@ from ...errors import CheckpointError
 from ..checkpoint import (
     WEIGHTS_NAME,
     check_safetensors_header,
+    check_tree,
     config_class_names,
     config_files,
     read_json,
     weight_files,
 )
 from ..families import detect_family
+from .configs import check_config_values
 from .fp8 import FLOAT_HEADER_DTYPES
 
 #: component -> (library, class) exactly as the official model_index.json files spell them.
@@ -60,9 +62,11 @@ class CheckedFolder:
 def check_model_folder(folder: Path, skip_weights: frozenset[str] = frozenset()) -> CheckedFolder:
     """Validate ``folder`` for a Qwen edit pipeline; ``skip_weights`` names components supplied elsewhere."""
     folder = Path(folder)
+    check_tree(folder)  # every file any library will open: inside the folder, regular, not over its cap
     family = detect_family(folder)
     check_configs(folder)
-    index = read_json(folder / "model_index.json")
+    check_config_values(folder)
+    index = read_json(folder / "model_index.json", root=folder)
     sizes: dict[str, int] = {}
     for name, expected in COMPONENTS.items():
         entry = index.get(name)
@@ -75,7 +79,7 @@ def check_model_folder(folder: Path, skip_weights: frozenset[str] = frozenset())
             raise CheckpointError(f"Missing component folder {sub}; the checkpoint download is incomplete.")
         config_name, weights_name = _FILES[name]
         if config_name is not None:
-            read_json(sub / config_name)
+            read_json(sub / config_name, root=folder)
         if weights_name is None or name in skip_weights:
             continue
         total = 0
@@ -119,7 +123,7 @@ def check_processor_files(processor: Path) -> None:
     if (processor / VIDEO_PROCESSOR_FILE).is_file() or (processor / "preprocessor_config.json").is_file():
         return
     nested = processor / "processor_config.json"
-    if nested.is_file() and isinstance(read_json(nested).get("video_processor"), dict):
+    if nested.is_file() and isinstance(read_json(nested, root=processor.parent).get("video_processor"), dict):
         return
     if processor_builds_video():
         raise CheckpointError(
@@ -137,7 +141,7 @@ def check_configs(folder: Path) -> None:
     class transformers itself provides - anything else could only come from the folder's code.
     """
     for path in config_files(folder):
-        names = config_class_names(path, read_json(path))
+        names = config_class_names(path, read_json(path, root=folder))
         if path.name == "model_index.json":
             continue  # its pipeline class and entries are checked by detect_family and COMPONENTS
         component = path.parent.name if path.parent != folder else None

@@ -26,7 +26,7 @@ from ...config import RunConfig
 from ...devices import Backend, dtype_name
 from ...errors import CheckpointError, DifforgeError
 from ...runtime.record import RunRecord
-from ..checkpoint import check_finite
+from ..checkpoint import check_finite, fp8_codes_finite, library_panics
 from ..families import QWEN_EDIT_PLUS
 from .compat import apply_processor_shim
 from .folder import COMPONENTS, CheckedFolder, check_model_folder
@@ -215,7 +215,8 @@ def _load_text_side(folder: Path) -> dict[str, Any]:
     for name in ("processor", "tokenizer"):
         cls = getattr(transformers, COMPONENTS[name][1])
         try:
-            out[name] = cls.from_pretrained(str(folder / name), local_files_only=True, trust_remote_code=False)
+            with library_panics(str(folder / name)):
+                out[name] = cls.from_pretrained(str(folder / name), local_files_only=True, trust_remote_code=False)
         except OSError as exc:  # a file transformers wants is missing: its message, as one line
             reason = " ".join(str(exc).split()).split(". If you were trying")[0]
             raise CheckpointError(f"{folder / name} does not load as {cls.__name__}: {reason}.") from None
@@ -247,18 +248,15 @@ def check_finite_weights(module: torch.nn.Module, where: Path, dtype: torch.dtyp
 def _fp8_finite(layer: Fp8Linear, dtype: torch.dtype) -> bool:
     """fp8 codes are judged by their bits and the scale's bound, without a ``dtype`` copy of every layer.
 
-    e4m3fn has no infinity and spells NaN S.1111.111 (0x7F, 0xFF); e5m2 spells inf and NaN with an
-    all-ones exponent (0x7C-0x7F, 0xFC-0xFF).  Those are the top codes of each sign, so two
-    reductions without a copy find them: the int8 maximum (positive codes) and the uint8 maximum
-    (negative ones).  Finite codes times the scale stay finite in ``dtype`` when
+    NaN and infinity codes are found by :func:`~difforge.models.checkpoint.fp8_codes_finite`.
+    Finite codes times the scale stay finite in ``dtype`` when
     ``max|scale| * fp8 max`` fits; only a layer whose bound does not fit is dequantised, exactly as
     its forward does, and checked element by element.
     """
     weight = layer.weight
     if weight.numel() == 0:
         return True
-    first_bad = 0x7F if weight.dtype == torch.float8_e4m3fn else 0x7C
-    if int(weight.view(torch.int8).amax()) >= first_bad or int(weight.view(torch.uint8).amax()) >= 0x80 + first_bad:
+    if not fp8_codes_finite(weight):
         return False
     if layer.weight_scale is None:
         return True  # 448 (e4m3fn) and 57344 (e5m2) fit bf16, fp16 and fp32

@@ -30,6 +30,7 @@ from ...runtime.images import load_images
 from ...runtime.progress import spinner, track
 from ...runtime.record import RunRecord
 from ...runtime.steps import StepTimer
+from ..checkpoint import library_panics
 from ..families import QWEN_EDIT_PLUS
 from ..load_defaults import load_defaults
 from .loader import choose_attention, load_pipeline, place, record_offload, set_vae_tiling
@@ -264,11 +265,12 @@ class QwenEditPipeline:
         pipe = self.pipe
         height, width = self.output_size(cfg, images)
         refs = self.references(images)
-        embeds, mask = pipe.encode_prompt(image=refs.prompt_images, prompt=cfg.prompt, device=self.device)
-        negative = self.negative_prompt_for(cfg)
-        neg_embeds = neg_mask = None
-        if negative is not None:
-            neg_embeds, neg_mask = pipe.encode_prompt(image=refs.prompt_images, prompt=negative, device=self.device)
+        with library_panics(f"The tokenizer of {self.folder}"):  # a hostile tokenizer.json panics in Rust
+            embeds, mask = pipe.encode_prompt(image=refs.prompt_images, prompt=cfg.prompt, device=self.device)
+            negative = self.negative_prompt_for(cfg)
+            neg_embeds = neg_mask = None
+            if negative is not None:
+                neg_embeds, neg_mask = pipe.encode_prompt(image=refs.prompt_images, prompt=negative, device=self.device)
         channels = pipe.transformer.config.in_channels // 4
         noise, image_latents = pipe.prepare_latents(
             refs.vae_images, 1, channels, height, width, embeds.dtype, self.device,

@@ -8,8 +8,6 @@ build a different network from the one the reference runs.
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
@@ -17,6 +15,7 @@ import torch
 
 from ...devices import DTYPES
 from ...errors import CheckpointError
+from ..checkpoint import Bool, Int, Num, OrNull, check_values
 
 T = TypeVar("T")
 D = TypeVar("D", bound=torch.dtype | None)
@@ -56,30 +55,14 @@ MAX_ROPE_THETA = 1e12
 _SOURCE = "transformer/config.json"
 
 
-def _shown(value: Any) -> str:
-    """A config value as the JSON file spells it (``true``, ``NaN``, ``64.5``), cut short."""
-    try:
-        return json.dumps(value)[:60]
-    except (TypeError, ValueError):
-        return repr(value)[:60]
-
-
 def check_int(data: dict[str, Any], key: str, low: int, high: int, source: str) -> None:
     """Refuse a config value unless it is an integer (JSON ``true`` and ``2048.0`` are not) in [low, high]."""
-    value = data[key]
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise CheckpointError(f"{source}: '{key}' must be an integer, got {_shown(value)}.")
-    if not low <= value <= high:
-        raise CheckpointError(f"{source}: '{key}' must be between {low} and {high}, got {value}.")
+    check_values(source, {key: data[key]}, {key: Int(low, high)})
 
 
 def check_number(data: dict[str, Any], key: str, high: float, source: str) -> None:
     """Refuse a config value unless it is a finite positive number (NaN and Infinity parse as JSON)."""
-    value = data[key]
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise CheckpointError(f"{source}: '{key}' must be a finite number, got {_shown(value)}.")
-    if not 0 < value <= high:
-        raise CheckpointError(f"{source}: '{key}' must be positive and at most {high:g}, got {value:g}.")
+    check_values(source, {key: data[key]}, {key: Num(0, high, open_low=True)})
 
 
 @dataclass(frozen=True)
@@ -153,6 +136,7 @@ def vae_config_from_dict(cls: type[T], data: dict[str, Any], exclude: frozenset[
     for key, high in VAE_INT_BOUNDS.items():
         if key in kwargs:
             check_int(kwargs, key, 1, high, "vae/config.json")
+    check_values("vae/config.json", kwargs, {"attn_down_block": Bool(), "attn_up_block": Bool()})
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as exc:
@@ -219,6 +203,19 @@ def decoder_torch_dtype(name: str | None, run_dtype: D) -> torch.dtype | D:
     return DTYPES[name] if name else run_dtype
 
 
+_SCHEDULER_SOURCE = "scheduler/scheduler_config.json"
+#: What a scheduler value may be.  Each bound is far outside any trained model's (URSA: alpha 0.9, c 3,
+#: shift 1-3, eps 1e-5) and inside what the maths survives: ``shift`` and ``c`` scale the time and the
+#: kinetic path (0 or NaN gives a silent garbage picture), ``eps`` guards a normalisation (it must be a
+#: small positive number), ``alpha`` is an exponent of ``t / (1 - t)``.
+SCHEDULER_RULES = {
+    "alpha": OrNull(Num(0, 100, open_low=True)),
+    "c": OrNull(Num(0, 1e6, open_low=True)),
+    "shift": Num(0, 1000, open_low=True),
+    "eps": Num(0, 0.1, open_low=True),
+}
+
+
 @dataclass(frozen=True)
 class SchedulerConfig:
     """``KineticOptimalScheduler``: ``alpha`` null selects the mixture path, numbers the metric path."""
@@ -230,9 +227,11 @@ class SchedulerConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SchedulerConfig:
+        """Read the four keys, each type- and range-checked (:data:`SCHEDULER_RULES`) before it is used."""
+        check_values(_SCHEDULER_SOURCE, data, SCHEDULER_RULES)
         cfg = cls(
-            alpha=data.get("alpha"),
-            c=data.get("c"),
+            alpha=None if data.get("alpha") is None else float(data["alpha"]),
+            c=None if data.get("c") is None else float(data["c"]),
             shift=float(data.get("shift", 1.0)),
             eps=float(data.get("eps", 1e-5)),
         )

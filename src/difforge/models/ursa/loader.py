@@ -23,6 +23,7 @@ from ...runtime.meta import on_meta
 from ..checkpoint import (
     SETTINGS_FILE,
     check_finite,
+    check_tree,
     config_class_names,
     config_files,
     load_component_state_dict,
@@ -52,8 +53,12 @@ COMPONENT_CLASSES = {
 
 
 def component_classes(folder: Path) -> dict[str, str]:
-    """``{component: ClassName}`` from model_index.json, checking each component URSA needs."""
-    index = read_json(folder / "model_index.json")
+    """``{component: ClassName}`` from model_index.json, checking each component URSA needs.
+
+    The whole folder is held to the one reading rule first (:func:`~..checkpoint.check_tree`): every
+    file below resolves inside it, is a regular file, and a config is not over its cap."""
+    check_tree(folder)
+    index = read_json(folder / "model_index.json", root=folder)
     if index.get("_class_name") != "URSAPipeline":
         raise ModelFamilyError(f"{folder} holds a '{index.get('_class_name')}' model, not an URSAPipeline.")
     out: dict[str, str] = {}
@@ -81,7 +86,7 @@ def check_configs(folder: Path) -> None:
     tokenizer itself and never hands these configs to transformers.
     """
     for path in config_files(folder):
-        names = config_class_names(path, read_json(path))
+        names = config_class_names(path, read_json(path, root=folder))
         allowed = COMPONENT_CLASSES.get(path.parent.name) if path.parent != folder else None
         for key, name in names:
             if key == "_class_name" and allowed is not None and name not in allowed:
@@ -149,19 +154,19 @@ class URSACheckpoint:
     @classmethod
     def read_configs(cls, folder: Path) -> URSACheckpoint:
         classes = component_classes(folder)
-        tcfg = URSATransformerConfig.from_dict(read_json(folder / "transformer" / "config.json"))
-        vae_json = read_json(folder / "vae" / "config.json")
+        tcfg = URSATransformerConfig.from_dict(read_json(folder / "transformer" / "config.json", root=folder))
+        vae_json = read_json(folder / "vae" / "config.json", root=folder)
         # The VAE class decides the quantiser (VQ codebook vs FSQ digits) and the decoder; the
         # config's private ``_quantizer_name`` is ignored, like the reference does.
         fsq = classes["vae"] == "AutoencoderVQCosmos3D"
         vcfg = FSQConfig.from_dict(vae_json) if fsq else VQConfig.from_dict(vae_json)
-        scfg = SchedulerConfig.from_dict(read_json(folder / "scheduler" / "scheduler_config.json"))
-        tensors = read_pth_tensors(folder / "scheduler" / "scheduler_model.pth")
+        scfg = SchedulerConfig.from_dict(read_json(folder / "scheduler" / "scheduler_config.json", root=folder))
+        tensors = read_pth_tensors(folder / "scheduler" / "scheduler_model.pth", root=folder)
         emb = tensors.get("path.emb")
         if emb is None or emb.dim() != 2:
             raise CheckpointError(f"{folder / 'scheduler' / 'scheduler_model.pth'} has no 2-D 'path.emb' tensor.")
         check_consistency(tcfg, vcfg, int(emb.shape[0]))
-        tokenizer = PromptTokenizer.from_folder(folder / "tokenizer")
+        tokenizer = PromptTokenizer.from_folder(folder / "tokenizer", root=folder)
         if len(tokenizer) > tcfg.lm_vocab_size:
             raise CheckpointError(
                 f"The tokenizer has {len(tokenizer)} ids but transformer lm_vocab_size is {tcfg.lm_vocab_size}."

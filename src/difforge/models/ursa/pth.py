@@ -20,6 +20,7 @@ size the zip declares.  The limits are far above the real ``path.emb`` (131072 x
 from __future__ import annotations
 
 import math
+import os
 import pickletools
 import zipfile
 from dataclasses import dataclass
@@ -29,6 +30,8 @@ from typing import Any
 import torch
 
 from ...errors import CheckpointError
+from ...runtime.reading import open_file
+from ..checkpoint import model_roots
 
 STORAGE_DTYPES = {
     "FloatStorage": torch.float32,
@@ -264,14 +267,18 @@ def _is_contiguous(size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
     return True
 
 
-def read_pth_tensors(path: Path) -> dict[str, torch.Tensor]:
-    """All top-level tensors of a ``torch.save``'d dict, read statically."""
-    if not path.is_file():
+def read_pth_tensors(path: Path, root: Path | None = None) -> dict[str, torch.Tensor]:
+    """All top-level tensors of a ``torch.save``'d dict, read statically.
+
+    The file is opened by the one reading rule (a regular file inside the model folder ``root`` after
+    every link, at most :data:`MAX_FILE_BYTES`) and the zip is read from that very descriptor."""
+    if not os.path.lexists(path):
         raise CheckpointError(f"Missing file {path}.")
+    root = Path(root) if root is not None else Path(path).parent.parent
+    handle = open_file(path, what=str(path), error=CheckpointError, root=root, also=model_roots(root)[1:],
+                       limit=MAX_FILE_BYTES)
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise ValueError(f"the file is larger than {MAX_FILE_BYTES} bytes")
-        with zipfile.ZipFile(path) as zf:
+        with handle, zipfile.ZipFile(handle) as zf:
             _check_members(zf)
             pkl = [n for n in zf.namelist() if n.endswith("data.pkl") and n.count("/") == 1]
             if len(pkl) != 1:
