@@ -165,29 +165,28 @@ def _print_digest(folder: Any, flag: str) -> None:
     typer.echo(f"digest: {bundle_digest(folder)} (keep it apart from the bundle; check it with {flag})")
 
 
+#: Most bytes of a ``--config`` file: a few dozen options fit in a few KB; more is not a config file.
+MAX_CONFIG_BYTES = 1 << 20
+
+
 def _config_file(ctx: typer.Context, value: Path | None) -> Path | None:
     """``--config FILE`` (YAML or JSON): its keys become the command's defaults; flags on the command line win.
 
     Keys are option names with or without the leading dashes, with '-' or '_' (``num_inference_steps``,
     ``--true-cfg-scale``, ``model_path`` ...); an unknown key, or a file that is not a mapping, is one
-    line and exit 2.
+    line and exit 2.  The file is read by the one reading rule (a regular file, at most
+    :data:`MAX_CONFIG_BYTES`: ``/dev/zero`` or a FIFO is refused, not read forever) and YAML aliases are
+    refused (a 400-byte alias bomb expands to gigabytes).  This runs while click parses, outside
+    :func:`friendly_errors`, so every failure here, running out of memory included, is turned into one line here.
     """
     if value is None:
         return None
     try:
-        text = Path(value).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        _fail(f"--config {value} cannot be read ({getattr(exc, 'strerror', None) or exc}).", 2)
-    try:
-        if Path(value).suffix.lower() == ".json":
-            data = json.loads(text)
-        else:
-            import yaml
-
-            data = yaml.safe_load(text)
-    except Exception as exc:
-        _fail(f"--config {value} is not valid {'JSON' if Path(value).suffix.lower() == '.json' else 'YAML'} "
-              f"({' '.join(str(exc).split())[:160]}).", 2)
+        data = _read_config(Path(value))
+    except DifforgeError as exc:
+        _fail(str(exc), exc.exit_code)
+    except (MemoryError, RecursionError) as exc:
+        _fail(f"--config {value} is too large or too deeply nested to read ({type(exc).__name__}).", 2)
     if not isinstance(data, dict):
         _fail(f"--config {value} must hold a mapping of option names to values.", 2)
     names: dict[str, str] = {}
@@ -202,6 +201,39 @@ def _config_file(ctx: typer.Context, value: Path | None) -> Path | None:
         defaults[target] = [str(v) for v in val] if isinstance(val, list) else val
     ctx.default_map = {**(ctx.default_map or {}), **defaults}
     return value
+
+
+def _read_config(path: Path) -> Any:
+    """The parsed ``--config`` file (JSON by its suffix, else YAML without aliases); InputError otherwise."""
+    from .errors import InputError
+    from .runtime.reading import read_text
+
+    text = read_text(path, limit=MAX_CONFIG_BYTES, what=f"--config {path}", error=InputError)
+    as_json = path.suffix.lower() == ".json"
+    try:
+        if as_json:
+            return json.loads(text)
+        import yaml
+
+        return yaml.load(text, Loader=_yaml_loader())  # noqa: S506 - a SafeLoader that also refuses aliases
+    except (MemoryError, RecursionError):
+        raise
+    except Exception as exc:
+        raise InputError(f"--config {path} is not valid {'JSON' if as_json else 'YAML'} "
+                         f"({' '.join(str(exc).split())[:160]}).") from None
+
+
+def _yaml_loader() -> Any:
+    """YAML's safe loader that refuses aliases (``*name``): options are plain values, and aliases are how a few
+    hundred bytes expand into gigabytes (the "billion laughs")."""
+    import yaml
+
+    class NoAliasLoader(yaml.SafeLoader):
+        def fetch_alias(self) -> None:
+            raise yaml.MarkedYAMLError(None, None, "YAML aliases (*name) are not accepted in a config file; write "
+                                                   "each value out", self.get_mark())
+
+    return NoAliasLoader
 
 
 ConfigOpt = Annotated[Path | None, typer.Option(

@@ -28,6 +28,10 @@ PARALLEL_MODES = ("none", "data", "cfg", "ulysses=N")
 #: schedule's increments fall below what bfloat16 can tell apart, and a typo (``--steps 50000``) would hold
 #: the device for hours (and a capture or golden bundle grows with every step), so larger counts are refused.
 MAX_STEPS = 1000
+#: Most characters of one prompt.  The text encoders keep a few hundred tokens (URSA 320), but a tokenizer
+#: splits the whole text first, at about 200 bytes of memory per character (a 26 MB prompt line took 5.8 GB);
+#: 100 000 characters is far beyond any prompt a model reads and bounds that at about 20 MB.
+MAX_PROMPT_CHARS = 100_000
 
 
 def ulysses_degree(mode: Any) -> int | None:
@@ -51,7 +55,8 @@ def check_parallel(mode: Any) -> None:
 
 
 def check_text(value: Any, what: str) -> Any:
-    """Raise InputError unless ``value`` is text that can be encoded as UTF-8 (or a list of such texts).
+    """Raise InputError unless ``value`` is text that can be encoded as UTF-8, of at most :data:`MAX_PROMPT_CHARS`
+    characters (or a list of such texts).
 
     The tokenizers need UTF-8: bytes, or a str holding lone surrogates (what Python makes of a
     non-UTF-8 command line), would otherwise crash deep inside them as an "unexpected TypeError".
@@ -60,6 +65,9 @@ def check_text(value: Any, what: str) -> Any:
         if not isinstance(text, str):
             hint = "; decode it first, e.g. data.decode('utf-8')" if isinstance(text, bytes | bytearray) else ""
             raise InputError(f"{what} must be text (str), got {type(text).__name__}{hint}.")
+        if len(text) > MAX_PROMPT_CHARS:
+            raise InputError(f"{what} is {len(text)} characters long; at most {MAX_PROMPT_CHARS} are accepted (the "
+                             "model reads only its first few hundred tokens).")
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as exc:

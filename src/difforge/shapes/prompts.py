@@ -125,6 +125,30 @@ def _bad(path: Path, why: str) -> InputError:
     return InputError(f"the prompt set {path} is not usable: {why}.")
 
 
+#: Most pixels of an edit set's source picture (the shapes world draws 64 x 64; a photo set stays far below).
+MAX_SOURCE_PIXELS = 4096 * 4096
+
+
+def _check_decodes(p: Path, path: Path, image: str, item_id: str) -> None:
+    """An edit item's source picture decodes whole now, so a damaged one is bad input (exit 2) before the run,
+    not a semantic FAIL blamed on the device halfway through it."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as im:
+                if im.width * im.height > MAX_SOURCE_PIXELS:
+                    raise _bad(p, f"the image {image!r} of prompt {item_id!r} is {im.width}x{im.height}, more than "
+                                  f"{MAX_SOURCE_PIXELS} pixels")
+                im.load()
+    except InputError:
+        raise
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise _bad(p, f"the image {image!r} of prompt {item_id!r} cannot be decoded "
+                      f"({' '.join(str(exc).split())[:120]})") from None
+
+
 def load_prompt_set(path: str | Path) -> PromptSet:
     """Read a prompt set from its JSON file or from a folder holding ``prompts.json``."""
     p = Path(path)
@@ -139,6 +163,8 @@ def load_prompt_set(path: str | Path) -> PromptSet:
         data = json.loads(p.read_bytes().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise _bad(p, f"it is not UTF-8 JSON ({exc})") from exc
+    except RecursionError:  # [[[[...]]]] thousands deep: Python's JSON parser recurses once per level
+        raise _bad(p, "it is nested too deeply to be a prompt set") from None
     if not isinstance(data, dict):
         raise _bad(p, "the top level must be a JSON object")
     if data.get("format") != FORMAT:
@@ -193,6 +219,7 @@ def load_prompt_set(path: str | Path) -> PromptSet:
             with img_path.open("rb") as fh:
                 if fh.read(8) != _PNG_MAGIC:
                     raise _bad(p, f"the image {image!r} of prompt {item_id!r} is not a PNG")
+            _check_decodes(p, img_path, image, item_id)
         elif image is not None:
             raise _bad(p, f"caption prompt {item_id!r} has an 'image'; only edit sets carry source pictures")
         items.append(PromptItem(item_id, prompt, expect, image, meta))

@@ -192,11 +192,18 @@ class ValidateOptions:
 
 
 def _check_input_file(path: str | Path, flag: str, hint: str) -> None:
+    """A regular file (by the one reading rule: a FIFO or ``/dev/zero`` is named as what it is, never read)."""
+    from ..runtime.reading import check_file
+
     p = Path(path)
     if p.is_dir():
         raise InputError(f"{flag} {p} is a folder; {hint}.")
-    if not p.is_file():
+    if not p.exists() and not p.is_symlink():
         raise InputError(f"{flag} {p} does not exist; {hint}.")
+    try:
+        check_file(p, what=f"{flag} {p}", error=InputError)
+    except InputError as exc:
+        raise InputError(f"{str(exc).rstrip('.')}; {hint}.") from None
 
 
 def check_out_dir(out: str | Path) -> Path:
