@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
+import stat
 from pathlib import Path
 
 from .atomic import atomic_write_text
+from .reading import read_bytes
 from .record import sha256_file
 
 CACHE_NAME = "sha256-cache.json"
@@ -57,4 +60,80 @@ def file_sha256(path: str | Path) -> str:
     return digest
 
 
-__all__ = ["difforge_home", "file_sha256"]
+#: Folders of the tools that download models (``git clone``, ``hf download --local-dir``): their files
+#: differ between two downloads of the same model (packs, timestamps), and no loader reads them, so
+#: they are not part of a model's identity - except a file a shard index names there.
+BOOKKEEPING = (".git", ".cache/huggingface")
+#: The most bytes of a shard index read for the names it holds (the model loaders' config cap).
+INDEX_LIMIT = 16 << 20
+#: A model folder with more entries than this is refused by the loaders; the walk stops there too.
+MAX_ENTRIES = 100_000
+
+
+def _bookkeeping(rel: str) -> bool:
+    return any(rel == b or rel.startswith(f"{b}/") for b in BOOKKEEPING)
+
+
+def model_file_hashes(folder: str | Path) -> dict[str, str]:
+    """The identity of a model folder: sha256 of every file in it, by its path relative to the folder.
+
+    Every link is followed (a component folder or a weights file behind a link counts as what it
+    points to, so swapping the file behind a link changes the identity), hidden files and folders
+    count (a shard ``.h/w.safetensors`` is weights like any other), and a link loop or a folder
+    reached twice is walked once.  Only regular files are hashed (the loaders refuse anything
+    else).  Download bookkeeping (:data:`BOOKKEEPING`) is left out unless a shard index
+    (``*.index.json``) names a file there.
+    """
+    root = Path(folder)
+    out: dict[str, str] = {}
+    indexes: list[tuple[Path, str]] = []
+    seen = {root.resolve()}
+    stack: list[tuple[Path, str]] = [(root, "")]
+    count = 0
+    while stack:
+        current, prefix = stack.pop()
+        try:
+            entries = sorted(os.scandir(current), key=lambda e: e.name)
+        except OSError:
+            continue  # an unreadable folder: the loaders refuse it by name
+        for entry in entries:
+            count += 1
+            if count > MAX_ENTRIES:
+                return out
+            rel = f"{prefix}{entry.name}"
+            try:
+                st = os.stat(entry.path)
+            except OSError:
+                continue  # a dangling link or a loop: nothing to hash, the loaders refuse it
+            if stat.S_ISDIR(st.st_mode):
+                real = Path(entry.path).resolve()
+                if real not in seen:
+                    seen.add(real)
+                    stack.append((Path(entry.path), f"{rel}/"))
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            if entry.name.endswith(".index.json"):
+                indexes.append((Path(entry.path), rel))
+            if not _bookkeeping(rel):
+                out[rel] = file_sha256(entry.path)
+    for index, rel in indexes:
+        for name in _index_names(index):
+            named = posixpath.normpath(posixpath.join(posixpath.dirname(rel), name))
+            path = root / named
+            if named not in out and not named.startswith("../") and path.is_file():
+                out[named] = file_sha256(path)
+    return dict(sorted(out.items()))
+
+
+def _index_names(index: Path) -> list[str]:
+    """The file names a shard index's ``weight_map`` holds; none when it cannot be read (the loaders say why)."""
+    try:
+        data = json.loads(read_bytes(index, limit=INDEX_LIMIT, what=str(index)))
+    except Exception:  # noqa: BLE001 - any unreadable index: the loaders refuse it with its reason
+        return []
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    return sorted({v for v in weight_map.values() if isinstance(v, str)}) if isinstance(weight_map, dict) else []
+
+
+__all__ = ["difforge_home", "file_sha256", "model_file_hashes"]

@@ -33,7 +33,7 @@ from PIL import Image
 
 from ..errors import InputError
 from ..runtime.atomic import atomic_save
-from ..runtime.hashes import file_sha256
+from ..runtime.hashes import file_sha256, model_file_hashes
 from ..runtime.record import sha256_file
 from ..version import __version__
 
@@ -192,16 +192,11 @@ def unpack(obj: Any, tensors: dict[str, torch.Tensor]) -> Any:
 def weight_hashes(folder: Path, transformer_file: str | None = None) -> dict[str, str]:
     """sha256 of every file of the model folder (relative path -> digest), and of ``--transformer``.
 
-    Every file counts (configs as well as weights): a bundle made from another model, or the same
-    model with one changed file, is refused.  Hidden files and folders (caches) are left out.  Large
-    files are hashed once (:func:`~difforge.runtime.hashes.file_sha256`, cached by size, mtime, inode).
+    Every file counts (configs as well as weights), through links and hidden paths alike
+    (:func:`~difforge.runtime.hashes.model_file_hashes`, the one rule of a model's identity): a bundle
+    made from another model, or the same model with one changed file, is refused.
     """
-    out: dict[str, str] = {}
-    for path in sorted(folder.rglob("*")):
-        rel = path.relative_to(folder)
-        if any(part.startswith(".") for part in rel.parts) or not path.is_file():
-            continue
-        out[rel.as_posix()] = file_sha256(path)
+    out = model_file_hashes(folder)
     if transformer_file:
         out[f"--transformer {Path(transformer_file).name}"] = file_sha256(transformer_file)
     return out
@@ -221,9 +216,9 @@ def first_difference(want: dict[str, str], have: dict[str, str]) -> str | None:
     """The first file that differs between two hash maps, as words; None when they are equal."""
     for name in sorted(set(want) | set(have)):
         if name not in have:
-            return f"{name} is missing"
+            return f"the model folder has no file {name}, which the bundle's weights list"
         if name not in want:
-            return f"{name} is not in the bundle's weights"
+            return f"the model folder's file {name} is not in the bundle's weights"
         if want[name] != have[name]:
             return f"{name} differs"
     return None
