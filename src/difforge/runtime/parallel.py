@@ -33,8 +33,10 @@ failed all the same.)
 
 from __future__ import annotations
 
+import math
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -54,6 +56,10 @@ T = TypeVar("T")
 
 #: What torchrun sets; without ``WORLD_SIZE`` the process was not launched by it.
 LAUNCH_ENV = ("WORLD_SIZE", "RANK", "LOCAL_RANK")
+#: How long a rank waits for every other rank to join the process group, in seconds (torch's own default is 30
+#: minutes, spent in C++ where Ctrl-C and SIGTERM go unanswered): ``DIFFORGE_RENDEZVOUS_TIMEOUT`` overrides it.
+RENDEZVOUS_ENV = "DIFFORGE_RENDEZVOUS_TIMEOUT"
+DEFAULT_RENDEZVOUS_S = 300.0
 
 
 class PeerFailed(DifforgeError):
@@ -64,6 +70,55 @@ class PeerFailed(DifforgeError):
     def __init__(self, exit_code: int, rank: int | None = None) -> None:
         super().__init__(f"rank {rank} failed" if rank is not None else "another rank failed")
         self.exit_code = exit_code
+
+
+class RendezvousTimeout(DifforgeError):
+    """Not every rank joined the process group in time (a WORLD_SIZE without its peers): exit 2, on every rank."""
+
+
+def rendezvous_timeout() -> float:
+    """Seconds a rank waits for its peers to join (:data:`RENDEZVOUS_ENV`, else :data:`DEFAULT_RENDEZVOUS_S`)."""
+    raw = os.environ.get(RENDEZVOUS_ENV, "").strip()
+    if not raw:
+        return DEFAULT_RENDEZVOUS_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise InputError(f"{RENDEZVOUS_ENV} must be a number of seconds above 0, got {raw!r}.")
+    return value
+
+
+def _rendezvous(join: Callable[[], None], timeout_s: float, info: RankInfo) -> None:
+    """Run ``join`` (opening the process group) in a helper thread while this thread waits in short slices.
+
+    torch waits for the peers inside C++ (with the GIL released), where Python's signal handlers never run, so
+    Ctrl-C and SIGTERM were ignored for up to half an hour.  Waiting here instead, the main thread takes them
+    at once (KeyboardInterrupt / :class:`~difforge.runtime.signals.Terminated`: exit 130 / 143, nothing written
+    yet), and gives up after ``timeout_s``.  The helper is a daemon thread: a rank that gives up exits without it.
+    """
+    done = threading.Event()
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            join()
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            failure.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="difforge-rendezvous", daemon=True).start()
+    deadline = time.monotonic() + timeout_s
+    while not done.wait(0.1):
+        if time.monotonic() >= deadline:
+            raise RendezvousTimeout(
+                f"rank {info.rank} of {info.world_size}: the other ranks did not join the process group within "
+                f"{timeout_s:g} s (WORLD_SIZE={info.world_size}); start every rank with torchrun "
+                f"(or set {RENDEZVOUS_ENV} to wait longer).")
+    if failure:
+        raise failure[0]
 
 
 class RankFailed(DifforgeError):
@@ -356,8 +411,12 @@ def _start(mode: str, backend: Backend, info: RankInfo, timeout_s: float | None 
         kwargs["timeout"] = datetime.timedelta(seconds=timeout_s)
     if backend.dist_backend != "gloo" and backend.index is not None:
         kwargs["device_id"] = backend.device  # nccl/hccl: bind the rank's device to its group
+    wait_s = rendezvous_timeout()
     try:
-        dist.init_process_group(backend.dist_backend, rank=info.rank, world_size=info.world_size, **kwargs)
+        _rendezvous(lambda: dist.init_process_group(backend.dist_backend, rank=info.rank, world_size=info.world_size,
+                                                    **kwargs), wait_s, info)
+    except DifforgeError:
+        raise
     except Exception as exc:  # noqa: BLE001 - one sentence, whatever the rendezvous says
         msg = " ".join(str(exc).split())[:200]
         raise RankFailed(f"could not open the {backend.dist_backend} process group (rank {info.rank} of "
@@ -408,7 +467,7 @@ def guarded(mode: str, task: str, device: str, work: Callable[[Group], T], timeo
             before()
         group = _start(mode, rank_backend(device, info), info, timeout_s)
     except DifforgeError as exc:
-        if info.rank == 0:
+        if info.rank == 0 or isinstance(exc, RendezvousTimeout):  # a rank left waiting alone says so itself
             raise
         raise PeerFailed(exc.exit_code, 0) from None
     try:
