@@ -28,7 +28,9 @@ The reference, diffnext, is timed in the same process when it can be imported: f
 the ``diffnext`` package; never committed), else from the environment.  It gets the same config, the
 same random weights (difforge's state dict, copied where names and shapes match), the same prompt ids,
 seed and steps, eager (and with ``--compile`` its decoder layers compiled by the same policy), and the
-table prints difforge's ratios against it.  When it cannot be imported one line says why.
+table prints difforge's ratios against it.  When it cannot be imported one line says why.  Under
+transformers 5, :func:`rope_theta_shim` gives diffnext the ``Qwen3Config.rope_theta`` it reads (a shim
+in the bench only, never in difforge's code).
 
 Tokens of each variant are compared with the baseline's (``tokens_equal_baseline``): on the CPU in
 float32 the exact variants must match bit for bit (another stream gives other tokens by design).
@@ -44,6 +46,7 @@ Nothing here asserts a speed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
 import inspect
@@ -54,6 +57,7 @@ import resource
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
@@ -371,6 +375,36 @@ def _cpu_swiglu() -> None:
     module.patch_swiglu()
 
 
+def _rope_theta(config: Any) -> float:
+    """``rope_parameters["rope_theta"]``; AttributeError while the config is still being built (its own
+    ``getattr(self, "rope_theta", default)`` then takes the default, as without the shim)."""
+    params = getattr(config, "rope_parameters", None) or {}
+    if "rope_theta" not in params:
+        raise AttributeError("rope_theta")
+    return float(params["rope_theta"])
+
+
+@contextlib.contextmanager
+def rope_theta_shim() -> Iterator[bool]:
+    """diffnext reads ``Qwen3Config.rope_theta``; transformers 5 keeps it in ``rope_parameters`` only.
+
+    While diffnext builds its model (it reads the value then, for its rotary tables), a config without
+    the attribute answers it from ``rope_parameters["rope_theta"]``; afterwards the class is as it was.
+    Yields whether the shim was needed.  Nothing of difforge's own code is touched: this serves the
+    reference only.
+    """
+    from transformers.models.qwen3.configuration_qwen3 import Qwen3Config
+
+    if hasattr(Qwen3Config(), "rope_theta"):  # transformers 4.x: the attribute is set by __init__
+        yield False
+        return
+    Qwen3Config.rope_theta = property(_rope_theta)  # type: ignore[attr-defined]
+    try:
+        yield True
+    finally:
+        del Qwen3Config.rope_theta  # type: ignore[attr-defined]
+
+
 class _VaeStub:
     """What diffnext's pipeline reads of a VAE when it decodes nothing (``output_type="latent"``)."""
 
@@ -388,7 +422,8 @@ def time_reference(pipe: URSAPipeline, latent: tuple[int, int, int], args: argpa
     try:
         if dev.type == "cpu":
             _cpu_swiglu()
-        with torch.device(dev):  # built where it runs (not on meta: its non-persistent buffers need their init)
+        # built where it runs (not on meta: its non-persistent buffers need their init)
+        with torch.device(dev), rope_theta_shim() as shimmed:
             model = transformer_mod.URSATransformer3DModel(**tcfg.to_dict())
         theirs = model.state_dict()
         ours = {k: v for k, v in pipe.transformer.state_dict().items() if k in theirs and theirs[k].shape == v.shape}
@@ -430,7 +465,7 @@ def time_reference(pipe: URSAPipeline, latent: tuple[int, int, int], args: argpa
     except Exception as exc:  # noqa: BLE001 - the reference failing is reported, the bench goes on
         return {"available": False, "why": f"diffnext from {where} failed to run ({type(exc).__name__}: {exc})"}
     per_step = sorted(ms for ms, _ in runs)
-    return {"available": True, "from": where, "compiled": compiled, "ms_per_step": per_step[len(per_step) // 2],
+    return {"available": True, "from": where, "compiled": compiled, "rope_theta_shim": shimmed, "ms_per_step": per_step[len(per_step) // 2],
             "runs_ms_per_step": [ms for ms, _ in runs], "warmup_s": warm_s, "weights_not_copied": missing,
             "tokens": runs[-1][1].reshape(-1).to(torch.int64).cpu()}
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from benchmarks.bench_ursa import main
+import pytest
+
+from benchmarks import bench_ursa as bench
 
 
 def test_tiny_bench_writes_complete_json(tmp_path: Path) -> None:
     out = tmp_path / "ursa.json"
-    main(["--tiny", "--steps", "3", "--warmup", "0", "--fast", "--draws", "--gumbel", "--threads", "1",
+    bench.main(["--tiny", "--steps", "3", "--warmup", "0", "--fast", "--draws", "--gumbel", "--threads", "1",
           "--no-reference", "--json", str(out)])
     data = json.loads(out.read_text())
     assert data["size"] == "tiny" and data["device"] == "cpu" and data["steps"] == 3
@@ -40,7 +42,7 @@ def test_tiny_bench_writes_complete_json(tmp_path: Path) -> None:
 
 def test_flops_only_counts_full_size_on_meta(tmp_path: Path) -> None:
     out = tmp_path / "flops.json"
-    main(["--size", "full", "--flops-only", "--json", str(out)])
+    bench.main(["--size", "full", "--flops-only", "--json", str(out)])
     flops = json.loads(out.read_text())["flops"]
     assert flops["sequence_length"] == 320 + 1 + 32 * 32 and flops["rows"] == 2
     assert 1.9e9 < flops["parameters"] < 2.1e9
@@ -62,7 +64,34 @@ def test_the_reference_is_reported_when_it_cannot_be_imported(tmp_path: Path, mo
     mods, why = bench.import_diffnext()
     assert mods is None and "diffnext is not importable" in why and bench.DIFFNEXT_ENV in why
     out = tmp_path / "ursa.json"
-    main(["--tiny", "--steps", "1", "--warmup", "0", "--threads", "1", "--json", str(out)])
+    bench.main(["--tiny", "--steps", "1", "--warmup", "0", "--threads", "1", "--json", str(out)])
     assert "reference (diffnext, eager): not timed - diffnext is not importable" in capsys.readouterr().out
     ref = json.loads(out.read_text())["reference"]
     assert len(ref) == 1 and ref[0]["available"] is False
+
+
+def test_rope_theta_shim_answers_from_rope_parameters_only_while_open() -> None:
+    """transformers 5 keeps Qwen3's rope_theta in rope_parameters; diffnext reads the attribute while it builds."""
+    from transformers.models.qwen3.configuration_qwen3 import Qwen3Config
+
+    def read(config: Qwen3Config) -> object:
+        return getattr(config, "rope_theta", None)
+
+    native = read(Qwen3Config.from_dict({"rope_theta": 123456.0, "hidden_size": 64, "num_attention_heads": 2}))
+    with bench.rope_theta_shim() as shimmed:
+        config = Qwen3Config.from_dict({"rope_theta": 123456.0, "hidden_size": 64, "num_attention_heads": 2})
+        assert read(config) == 123456.0  # the value given, not the class default
+        assert shimmed == (native is None)
+    assert read(Qwen3Config()) == native  # the class is as it was
+
+
+@pytest.mark.skipif(bench.import_diffnext()[0] is None, reason=f"diffnext: {bench.import_diffnext()[1]}")
+def test_the_reference_runs_in_the_same_process_and_ratios_are_printed(tmp_path: Path, capsys) -> None:
+    """diffnext (DIFFORGE_DIFFNEXT_PATH, or reference/) on difforge's weights: same tokens, one ratio per row."""
+    out = tmp_path / "ursa.json"
+    payload = bench.main(["--tiny", "--steps", "2", "--json", str(out)])
+    ref = payload["reference"][0]
+    assert ref["available"], ref.get("why")
+    assert ref["tokens_equal_baseline"] and not ref["weights_not_copied"]
+    assert set(ref["ratios"]) == {r.name for r in payload["results"]} and all(v > 0 for v in ref["ratios"].values())
+    assert "the reference's speed" in capsys.readouterr().out
