@@ -10,8 +10,12 @@ Variants, all measured in the same process:
 
 * ``baseline``   - every exact optimisation off, eager (the unoptimised path), on the backend's random stream
 * ``optimised``  - the exact optimisations on (the default), eager
+* ``fused kernels off`` - where the backend offers fused kernels (CUDA's Triton kernels): optimised with
+  ``DIFFORGE_TRITON_KERNELS=off``, the kernels' off state; its tokens against the baseline's (kernels on)
+  are their off-identity check on the device
 * ``compiled``   - optimised + ``cfg.compile`` (regional compile of the decoder layer, and of the Philox
-  sampler block on the Philox stream), with ``--compile``
+  sampler block on the Philox stream), with ``--compile``; Inductor's default mode unless
+  ``--compile-mode`` asks for another (``max-autotune-no-cudagraphs`` took 75 s at 512² on the H200)
 * the other random stream - on accelerators (default Philox) the reference's host-drawn CPU stream
   (``--disable philox-rng``); on the CPU (default reference) the portable Philox stream (``--fast
   philox-rng``, eager and, with ``--compile``, compiled); with ``--fast`` or ``--draws`` on the CPU
@@ -80,6 +84,8 @@ from difforge.models.ursa.scheduler import DFMScheduler
 from difforge.models.ursa.transformer import URSATransformer
 from difforge.ops import select_ops
 
+#: The CUDA backend's switch for its Triton kernels (``difforge.devices.cuda``): read from the environment.
+KERNELS_ENV = "DIFFORGE_TRITON_KERNELS"
 TEXT_LEN = 320  # URSA's fixed prompt length (the tokenizer pads/truncates to it)
 REPO = Path(__file__).resolve().parents[1]
 #: Where the reference's source may sit (a folder holding the ``diffnext`` package), besides the environment.
@@ -260,6 +266,7 @@ class Variant:
     compile: bool = False
     exact: bool = True
     sampler: str = INVERSE_CDF  # the Philox stream's categorical sampler
+    kernels: str | None = None  # DIFFORGE_TRITON_KERNELS for this variant (None: as the process has it)
 
 
 def run_variant(
@@ -268,6 +275,36 @@ def run_variant(
     """Warm up, then time ``args.repeat`` runs of ``args.steps`` steps; returns the result and last tokens."""
     cfg = RunConfig(model="random", quiet=True, guidance=args.guidance, guidance_trunc=args.guidance_trunc,
                     disable=list(variant.disable), fast=list(variant.fast), compile=variant.compile)
+    with fused_kernels(pipe, variant.kernels):
+        return _run_variant(pipe, variant, latent, args, cfg)
+
+
+@contextlib.contextmanager
+def fused_kernels(pipe: URSAPipeline, value: str | None) -> Iterator[None]:
+    """The backend's fused kernels as ``DIFFORGE_TRITON_KERNELS=value`` asks, for one variant; then as before.
+
+    The transformer's ops are picked again through the public ``select_ops`` (the backend reads the variable
+    on every question), and the sampler's kernel follows the variable by itself.
+    """
+    if value is None:
+        yield
+        return
+    saved = os.environ.get(KERNELS_ENV)
+    os.environ[KERNELS_ENV] = value
+    pipe.transformer.set_ops(select_ops(pipe.backend))
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(KERNELS_ENV, None)
+        else:
+            os.environ[KERNELS_ENV] = saved
+        pipe.transformer.set_ops(select_ops(pipe.backend))
+
+
+def _run_variant(
+    pipe: URSAPipeline, variant: Variant, latent: tuple[int, int, int], args: argparse.Namespace, cfg: RunConfig
+) -> tuple[BenchResult, torch.Tensor]:
     flags = pipe.optimisations(cfg)
     pipe.philox_sampler = variant.sampler
     policy = pipe.set_compile(variant.compile)
@@ -473,6 +510,8 @@ def time_reference(pipe: URSAPipeline, latent: tuple[int, int, int], args: argpa
 def variants(args: argparse.Namespace, backend: Backend) -> list[Variant]:
     exact_off = tuple(n for n in EXACT_OPTIMISATIONS if n != PHILOX_RNG)  # the stream stays the backend's
     out = [Variant("baseline (exact opts off, eager)", disable=exact_off), Variant("optimised (exact)")]
+    if backend.fused_kernel("swiglu") is not None:  # CUDA's Triton kernels: the same run with them off
+        out.append(Variant("optimised, fused kernels off", kernels="off"))
     if args.compile:
         out.append(Variant("optimised + compile", compile=True, exact=False))
     if backend.random_stream == "philox":  # an accelerator: the old host-drawn default, for comparison
@@ -498,6 +537,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default=None, help="float32 / bfloat16 / float16 (default: float32 on cpu, else fp16)")
     p.add_argument("--compile", action="store_true", help="also time cfg.compile (regional compile)")
+    p.add_argument("--compile-mode", default=None,
+                   help="Inductor mode for --compile (DIFFORGE_COMPILE_MODE; default: Inductor's default mode)")
     p.add_argument("--fast", action="store_true", help="also time the portable Philox stream (philox-rng) on the CPU")
     p.add_argument("--draws", action="store_true",
                    help="time the random draws, CFG combine and scheduler step per variant (one instrumented run more)")
@@ -537,6 +578,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         write_json(args.json, payload)
         return payload
 
+    if args.compile_mode:  # read when the backend first decides its compile policy
+        os.environ["DIFFORGE_COMPILE_MODE"] = args.compile_mode
     backend = get_backend(args.device)
     dtype = DTYPES[args.dtype] if args.dtype else (torch.float32 if backend.device.type == "cpu" else torch.float16)
     t0 = time.perf_counter()

@@ -95,3 +95,25 @@ def test_the_reference_runs_in_the_same_process_and_ratios_are_printed(tmp_path:
     assert ref["tokens_equal_baseline"] and not ref["weights_not_copied"]
     assert set(ref["ratios"]) == {r.name for r in payload["results"]} and all(v > 0 for v in ref["ratios"].values())
     assert "the reference's speed" in capsys.readouterr().out
+
+
+def test_fused_kernels_off_is_a_variant_where_the_backend_offers_them(monkeypatch) -> None:
+    """The kernels' off state runs beside the default (its tokens are their off-identity check); the switch is
+    the backend's environment variable, set for that variant only."""
+    import torch
+
+    from difforge.devices import CPUBackend
+
+    backend = CPUBackend()
+    args = bench.parse_args(["--tiny"])
+    assert all(v.kernels is None for v in bench.variants(args, backend))  # the CPU offers none
+    monkeypatch.setattr(backend, "fused_kernel", lambda op: object())
+    names = [v.name for v in bench.variants(args, backend)]
+    assert names[:3] == ["baseline (exact opts off, eager)", "optimised (exact)", "optimised, fused kernels off"]
+    monkeypatch.setenv(bench.KERNELS_ENV, "rotary")
+    pipe = bench.build_pipeline(bench.SIZES["tiny"], CPUBackend(), torch.float32, 0)
+    seen = []
+    monkeypatch.setattr(pipe.transformer, "set_ops", lambda ops: seen.append(bench.os.environ.get(bench.KERNELS_ENV)))
+    with bench.fused_kernels(pipe, "off"):
+        assert bench.os.environ[bench.KERNELS_ENV] == "off"
+    assert bench.os.environ[bench.KERNELS_ENV] == "rotary" and seen == ["off", "rotary"]
