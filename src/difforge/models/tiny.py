@@ -8,6 +8,7 @@ read-only, a file, or on a full disk) leaves nothing behind and is one
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -16,8 +17,9 @@ from pathlib import Path
 
 from safetensors import SafetensorError
 
-from ..errors import OutputError
-from ..runtime.hashes import difforge_home
+from ..errors import CheckpointError, OutputError
+from ..runtime.atomic import atomic_write_text
+from ..runtime.hashes import difforge_home, model_file_hashes
 from .families import QWEN_EDIT, QWEN_EDIT_PLUS, URSA
 
 #: The built-in models: name -> family.
@@ -53,10 +55,43 @@ def tiny_path(name: str) -> Path:
     return difforge_home() / "models" / f"{name}-{TINY_VERSIONS[name]}"
 
 
+def manifest_path(name: str) -> Path:
+    """Where the sha256 of every file of a built tiny model is kept: beside its folder, not in it (the folder's
+    own files are its identity in golden bundles)."""
+    final = tiny_path(name)
+    return final.parent / f"{final.name}.sha256.json"
+
+
+def check_intact(name: str) -> None:
+    """Refuse a built tiny model whose files changed since it was built (a damaged cache), with the way out.
+
+    Without this a truncated or edited cached file surfaces as a checkpoint error about a folder the
+    user never made, with no hint that deleting it makes difforge build it again.  Caches built
+    before manifests existed have none and are not checked.
+    """
+    final, manifest = tiny_path(name), manifest_path(name)
+    try:
+        want = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if not isinstance(want, dict):
+        return
+    have = model_file_hashes(final)
+    for rel in sorted(set(want) | set(have)):
+        if want.get(rel) != have.get(rel):
+            change = "is missing" if rel not in have else "was added" if rel not in want else "changed"
+            raise CheckpointError(
+                f"The built-in model {name} in {final} is damaged ({rel} {change} since it was built); delete that"
+                " folder and difforge builds it again."
+            )
+
+
 def ensure_tiny(name: str) -> Path:
-    """Return the folder of built-in tiny model ``name``, building it first if needed."""
+    """Return the folder of built-in tiny model ``name``, building it first if needed (and checking an
+    existing build is intact: :func:`check_intact`)."""
     final = tiny_path(name)
     if (final / "model_index.json").is_file():
+        check_intact(name)
         return final
     builder = _builder(name)
     try:
@@ -67,11 +102,14 @@ def ensure_tiny(name: str) -> Path:
     try:
         builder(tmp)
         _check_complete(name, tmp)
+        hashes = model_file_hashes(tmp)
         try:
             os.rename(tmp, final)
         except OSError:
             if not (final / "model_index.json").is_file():  # not a lost race: a real failure
                 raise
+        else:
+            atomic_write_text(manifest_path(name), json.dumps(hashes, indent=1) + "\n")
     except (OSError, SafetensorError) as exc:  # safetensors reports a full disk as its own error type
         raise OutputError(_cannot_build(name, exc)) from None
     finally:
