@@ -34,7 +34,8 @@ two draws share a word; inside a draw, words 0 and 1 are the column block and th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
+from types import ModuleType
 
 import torch
 
@@ -82,6 +83,12 @@ class PhiloxDraws:
     block (the inverse-CDF draw needs no blocks).  ``sparse`` (the host, where reading a mask costs no
     device sync): the jump step draws the jumping rows only - the same numbers, since a row's draw is
     addressed by its index; an accelerator draws every row and keeps static shapes.
+
+    ``fused``: whether the inverse-CDF draws and the uniforms run as the device's fused sampler kernels
+    (:mod:`difforge.ops.triton_sampler`, one launch a draw): None (default) asks the device's backend
+    (``fused_kernel("sampler")``: CUDA with triton, unless ``DIFFORGE_TRITON_KERNELS`` leaves it out);
+    True or False decides (tests, benchmarks).  Where used it wins over ``block_fn``: one launch beats a
+    compiled graph of several, and both differ from the eager torch draw only at near-boundary uniforms.
     """
 
     seed: int
@@ -90,9 +97,26 @@ class PhiloxDraws:
     block_fn: BlockFn | None = None
     sparse: bool = False
     sampler: str = INVERSE_CDF
+    fused: bool | None = None
 
     def __post_init__(self) -> None:
         sampler_block(self.sampler)  # refuse an unknown name here, not at the first draw
+
+    @cached_property
+    def kernels(self) -> ModuleType | None:
+        """The fused sampler kernels this stream draws with (see ``fused``), or None for the torch draws."""
+        if self.sampler != INVERSE_CDF or self.fused is False:
+            return None
+        if self.fused is None:
+            from ...devices import BACKENDS
+            from ...devices.cuda import TritonKernel
+
+            backend = BACKENDS.get(self.device.type)
+            if backend is None or not isinstance(backend(index=self.device.index).fused_kernel("sampler"), TritonKernel):
+                return None
+        from ...ops import triton_sampler
+
+        return triton_sampler
 
     @property
     def key(self) -> tuple[int, int]:
@@ -110,6 +134,8 @@ class PhiloxDraws:
 
     def uniform(self, shape: tuple[int, int], step: int) -> torch.Tensor:
         """float32 uniforms in (0, 1) of ``shape`` ``[B, N]`` for ``step``'s jump decision."""
+        if self.kernels is not None:
+            return self.kernels.uniform(shape, step, DRAW_JUMP_U, *self.key, self.device)
         return philox.uniform_from_words(self._grid(*shape, step, DRAW_JUMP_U))
 
     def categorical_logits(self, logits: torch.Tensor, step: int, draw: int) -> torch.Tensor:
@@ -129,6 +155,8 @@ class PhiloxDraws:
         return self._draw(weights.flatten(0, -2), step, draw, rows, False).view(weights.shape[:-1])
 
     def _draw(self, x: torch.Tensor, step: int, draw: int, rows: torch.Tensor | None, logits: bool) -> torch.Tensor:
+        if self.kernels is not None:
+            return self.kernels.inverse_cdf(x, step, draw, *self.key, rows=rows, logits=logits)
         words: tuple[Word, ...] = (step, draw, *self.key)
         fn = None
         if self.block_fn is not None:

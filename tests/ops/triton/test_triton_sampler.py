@@ -1,0 +1,120 @@
+"""URSA's fused Philox sampler kernels (difforge.ops.triton_sampler) against the torch draws, under the interpreter.
+
+Pinned: the uniforms bitwise (integer Philox in uint32 = the int64 torch words); the inverse-CDF codes equal
+to the torch path's on many keys and rows, a mismatch allowed only where a uniform sits within float32
+rounding of a cumulative-sum boundary (the near-boundary case the stream names); whole scheduler steps give
+the torch path's tokens; and the policy that picks the kernels.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import pytest
+import torch
+
+from difforge.devices.cuda import TRITON_ENV, CUDABackend
+from difforge.models.ursa.config import SchedulerConfig
+from difforge.models.ursa.sampling import GUMBEL_MAX, Draws, PhiloxDraws
+from difforge.models.ursa.scheduler import DFMScheduler
+from difforge.runtime import philox
+
+from .conftest import interpreted
+
+CPU = torch.device("cpu")
+#: Keys below and above 2**31 (a 32-bit word's sign bit) and of a seed above 2**32.
+SEEDS = (0, 1, 7, 2**31 - 1, 2**31, 2**32 - 1, 2**32 + 5, 2**63 - 1, 12345, 987654321, 3, 99, 2**40, 17, 2**33, 424242)
+
+
+@pytest.fixture
+def ts() -> ModuleType:
+    return interpreted("triton_sampler")
+
+
+def _key(seed: int) -> tuple[int, int]:
+    return seed & philox.MASK32, (seed >> 32) & philox.MASK32
+
+
+@pytest.mark.parametrize("seed", SEEDS[:6])
+def test_uniforms_are_bitwise_the_torch_stream(ts: ModuleType, seed: int) -> None:
+    got = ts.uniform((3, 37), 11, 2, *_key(seed), CPU)  # 37 columns: a ragged last counter
+    want = philox.uniform_from_words(philox.grid_words(torch.arange(3), 37, 11, 2, *_key(seed)))
+    assert torch.equal(got, want)
+
+
+def _near_boundary(x: torch.Tensor, row: int, c2: int, c3: int, key: tuple[int, int], logits: bool) -> bool:
+    """Whether either uniform of ``row`` sits within float32 rounding (relative 1e-5) of a boundary of its
+    cumulative sum, recomputed in float64 from the float32 weights the torch path uses."""
+    w = (x[row].softmax(-1, dtype=torch.float32) if logits else x[row].float()).double()
+    size = philox.cdf_block_size(w.numel())
+    blocks = -(-w.numel() // size)
+    w = torch.nn.functional.pad(w, (0, blocks * size - w.numel())).view(blocks, size)
+    u0, u1 = (((v >> 8) | 1) * 2.0**-24 for v in philox.philox_words(0, row, c2, c3, *key)[:2])
+    cb = w.sum(-1).cumsum(0)
+    b = int((cb < u0 * cb[-1]).sum().clamp(max=blocks - 1))
+    inner = w[b].cumsum(0)
+    return bool(((cb - u0 * cb[-1]).abs() <= 1e-5 * cb[-1]).any() or ((inner - u1 * inner[-1]).abs() <= 1e-5 * inner[-1]).any())
+
+
+@pytest.mark.parametrize("logits", [True, False])
+def test_codes_are_the_torch_paths_on_many_seeds_but_near_boundaries(ts: ModuleType, logits: bool) -> None:
+    rows, k, mismatched = 16, 300, 0  # 300 codes: blocks of 32, the last one ragged
+    for i, seed in enumerate(SEEDS):
+        gen = torch.Generator().manual_seed(i)
+        x = torch.randn(rows, k, generator=gen) * 4 if logits else torch.rand(rows, k, generator=gen) ** 4
+        key = _key(seed)
+        got = ts.inverse_cdf(x, i + 1, 3, *key, logits=logits)
+        want = philox.inverse_cdf(x, i + 1, 3, *key, logits=logits)
+        for r in (got != want).nonzero().flatten().tolist():
+            assert _near_boundary(x, r, i + 1, 3, key, logits), (seed, r, int(got[r]), int(want[r]))
+            mismatched += 1
+    assert mismatched <= 2  # of 256 draws
+
+
+def test_half_inputs_subsets_and_edge_rows(ts: ModuleType) -> None:
+    gen = torch.Generator().manual_seed(4)
+    w = torch.rand(12, 100, generator=gen).half()
+    assert torch.equal(ts.inverse_cdf(w, 5, 1, 8, 9), philox.inverse_cdf(w, 5, 1, 8, 9))
+    whole = ts.inverse_cdf(w, 5, 1, 8, 9)
+    sub = torch.tensor([2, 7, 11])
+    assert torch.equal(ts.inverse_cdf(w[sub], 5, 1, 8, 9, rows=sub), whole[sub])  # a row's draw is its own
+    odd = torch.zeros(3, 300)
+    odd[1, 7] = 1.0
+    odd[2] = float("nan")
+    codes = ts.inverse_cdf(odd, 0, 1, 2, 3)
+    assert codes[0] == 0 and codes[1] == 7 and 0 <= int(codes[2]) < 300
+    assert ts.inverse_cdf(torch.empty(0, 300), 0, 1, 2, 3).shape == (0,)
+    single = ts.inverse_cdf(torch.ones(4, 1), 0, 1, 2, 3)
+    assert single.tolist() == [0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("alpha", [0.9, None])  # the metric path and the mixture path
+def test_scheduler_steps_give_the_torch_paths_tokens(ts: ModuleType, alpha: float | None) -> None:
+    k = 64
+    gen = torch.Generator().manual_seed(1)
+    scheduler = DFMScheduler(SchedulerConfig(alpha=alpha, c=3.0, shift=1.0, eps=1e-5),
+                             torch.randn(k, 8, generator=gen).half())
+    logits, x = torch.randn(2, 12, k, generator=gen) * 3, torch.randint(0, k, (2, 12), generator=gen)
+    for sparse in (False, True):
+        fused = Draws(philox=PhiloxDraws(5, CPU, sparse=sparse, fused=True))
+        plain = Draws(philox=PhiloxDraws(5, CPU, sparse=sparse, fused=False))
+        assert fused.philox is not None and fused.philox.kernels is ts
+        for i in (3, 7):
+            a = scheduler.step(logits.clone(), i, 8, x, fused)
+            b = scheduler.step(logits.clone(), i, 8, x, plain)
+            assert torch.equal(a, b), (sparse, i)
+            assert i == 7 or int((a != x).sum()) > 0  # some tokens jumped
+
+
+def test_the_backend_decides_where_the_kernels_run(ts: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(TRITON_ENV, raising=False)
+    assert PhiloxDraws(1, CPU).kernels is None  # the CPU never
+    assert PhiloxDraws(1, CPU, fused=True, sampler=GUMBEL_MAX).kernels is None  # inverse-CDF only
+    cuda = torch.device("cuda", 0)
+    monkeypatch.setattr(CUDABackend, "triton_usable", staticmethod(lambda: False))
+    assert PhiloxDraws(1, cuda).kernels is None
+    monkeypatch.setattr(CUDABackend, "triton_usable", staticmethod(lambda: True))
+    assert PhiloxDraws(1, cuda).kernels is ts
+    monkeypatch.setenv(TRITON_ENV, "rotary,swiglu")
+    assert PhiloxDraws(1, cuda).kernels is None
+    assert PhiloxDraws(1, cuda, fused=False).kernels is None
