@@ -22,6 +22,7 @@ from .engine import RunResult, run_pipeline, save_images
 from .errors import InputError
 from .runtime.environment import environment_fingerprint
 from .runtime.images import load_images
+from .runtime.outputs import check_output_file
 from .runtime.progress import spinner
 from .runtime.record import RunRecord
 
@@ -64,11 +65,22 @@ def _run(cfg: RunConfig, task: str, images: list[Image.Image] | None) -> RunResu
 
         return parallel.guarded(cfg.parallel, task, cfg.device, lambda group: _run_rank(cfg, task, images, group),
                                 before=lambda: _build_builtin(cfg.model))
-    engine.check_outputs(cfg)
+    _preflight(cfg)
     record = RunRecord(kind=task)
     with spinner(f"loading {cfg.model}", cfg.quiet):
         pipeline = load_pipeline(cfg.model, cfg.device, cfg.dtype, cfg=cfg, record=record, task=task)
     return _run_and_write(pipeline, cfg, images, record)
+
+
+def _preflight(cfg: RunConfig) -> None:
+    """Every output of one run checked before any work: they collide with no input or each other
+    (``engine.check_outputs``), each may be replaced and can really be written (``runtime.outputs``)."""
+    engine.check_outputs(cfg)
+    if cfg.output:
+        check_output_file(cfg.output, "--output", overwrite=cfg.overwrite)
+    for flag, path in (("--record", cfg.record), ("--perf-dump", cfg.perf_dump)):
+        if path:
+            check_output_file(path, flag, overwrite=cfg.overwrite, kind="json")
 
 
 def _check_parallel_task(cfg: RunConfig, task: str, batched: bool) -> None:
@@ -93,7 +105,7 @@ def _rank_config(cfg: RunConfig, group: Any) -> RunConfig:
 def _run_rank(cfg: RunConfig, task: str, images: list[Image.Image] | None, group: Any) -> RunResult:
     """One ``--parallel`` run (``cfg`` mode: both ranks in step, rank 0 writes)."""
     _check_parallel_task(cfg, task, batched=False)
-    engine.check_outputs(cfg)
+    _preflight(cfg)
     cfg = _rank_config(cfg, group)
     record = RunRecord(kind=task)
     return _run_and_write(_load_rank(cfg, task, record, group), cfg, images, record, group)
@@ -178,8 +190,10 @@ def _batch(task: str, prompts: Sequence[str] | None, model: str, num_images_per_
             named = {key: _numbered(options.get(key), p, k) for key in ("output", "record", "perf_dump")}
             cfg = _config(model=model, prompt=prompt, seed=seed + k, images=list(images),
                           **{**options, **named})
-            engine.check_outputs(cfg)
+            _preflight(cfg)
             cfgs.append(cfg)
+    if group is not None and group.mode == "data" and options.get("record"):  # rank 0's combined record
+        check_output_file(options["record"], "--record", overwrite=bool(options.get("overwrite")), kind="json")
     if group is not None:  # --parallel: this rank's share (data: prompt p on rank p % N), on its device
         from .runtime.parallel import combined_record, run_timings, shard
 

@@ -134,6 +134,9 @@ Preset = Annotated[list[str] | None, typer.Option(
     "--preset", help="Apply an opt-in environment preset of the device, NAME or NAME=VALUE (repeatable), e.g. "
                      "ACL_PRECISION_MODE on the NPU; 'difforge doctor' lists them.")]
 RecordOpt = Annotated[Path | None, typer.Option("--record", help="Write the RunRecord JSON here.")]
+OverwriteOpt = Annotated[bool, typer.Option(
+    "--overwrite", help="Replace a file at --output/--record/--perf-dump that difforge did not write (a previous "
+                        "difforge output is replaced without it; a link, FIFO or device never is).")]
 PerfDump = Annotated[Path | None, typer.Option(
     "--perf-dump", "--perf-dump-path",
     help="Write per-stage and per-step milliseconds here, in SGLang-Diffusion's perf-dump JSON shape.")]
@@ -332,6 +335,7 @@ def generate(
     ),
     preset: Preset = None,
     record: RecordOpt = None,
+    overwrite: OverwriteOpt = False,
     perf_dump: PerfDump = None,
     prompt_file: PromptFile = None,
     num_images_per_prompt: PerPrompt = 1,
@@ -364,6 +368,7 @@ def generate(
         presets=preset or [],
         output=str(output),
         record=str(record) if record else None,
+        overwrite=overwrite,
         perf_dump=str(perf_dump) if perf_dump else None,
         quiet=quiet or as_json,
         parallel=parallel,
@@ -399,6 +404,7 @@ def edit(
     output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the edited image.")] = Path("out.png"),
     preset: Preset = None,
     record: RecordOpt = None,
+    overwrite: OverwriteOpt = False,
     perf_dump: PerfDump = None,
     prompt_file: PromptFile = None,
     num_images_per_prompt: PerPrompt = 1,
@@ -432,6 +438,7 @@ def edit(
         presets=preset or [],
         output=str(output),
         record=str(record) if record else None,
+        overwrite=overwrite,
         perf_dump=str(perf_dump) if perf_dump else None,
         quiet=quiet or as_json,
         parallel=parallel,

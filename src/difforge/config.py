@@ -140,6 +140,9 @@ class RunConfig:
     output: str | None = None
     record: str | None = None
     perf_dump: str | None = None  # SGLang-style per-stage / per-step timings (RunRecord.perf_dump)
+    #: Replace a regular file at an output path that difforge did not write (``--overwrite``); a previous difforge
+    #: output is replaced without it, a link, FIFO or device never (:mod:`difforge.runtime.outputs`).
+    overwrite: bool = False
     quiet: bool = False
     #: ``--parallel`` mode under torchrun (:data:`PARALLEL_MODES`); "none" is the one-process run.
     parallel: str = "none"
@@ -179,7 +182,8 @@ class RunConfig:
 
     def fingerprint(self) -> str:
         """Hash of every field that changes the pixels (not output paths, verbosity or the ``--parallel`` layout)."""
-        data = {k: v for k, v in self.to_dict().items() if k not in ("output", "record", "quiet", "parallel")}
+        data = {k: v for k, v in self.to_dict().items()
+                if k not in ("output", "record", "quiet", "parallel", "overwrite")}
         return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,10 +30,13 @@ from .errors import (
     is_out_of_memory,
     out_of_memory_message,
 )
+from .models.checkpoint import SETTINGS_FILE, read_settings
 from .models.registry import pipeline_class, resolve_model
 from .runtime.atomic import atomic_save
 from .runtime.environment import environment_fingerprint
+from .runtime.outputs import save_options
 from .runtime.record import RunRecord
+from .shapes.domain import PromptDomain, domain_from_settings
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff")
 VIDEO_SUFFIXES = (".gif", ".webp", ".mp4")
@@ -79,14 +84,40 @@ def load_pipeline(
     for name in sorted(set(asked) - set(presets)):
         record.adapt(f"env {name}", os.environ.get(name, ""), exact=False,
                      detail="--preset asked for it, but the user's exported value was kept")
+    domain = domain_from_settings(read_settings(folder), Path(folder).name, str(Path(folder) / SETTINGS_FILE))
     try:
-        return pipeline_class(family).from_pretrained(folder, backend, dtype, cfg, record, op_overrides=op_overrides)
+        pipe = pipeline_class(family).from_pretrained(folder, backend, dtype, cfg, record, op_overrides=op_overrides)
     except DifforgeError:
         raise
     except Exception as exc:
         if is_out_of_memory(exc):
             raise DeviceOutOfMemoryError(out_of_memory_message(str(backend), cfg.offload, family)) from None
         raise
+    if domain is not None:
+        _DOMAINS[pipe] = domain
+    return pipe
+
+
+#: The prompt domain a loaded pipeline's folder declares (``difforge.json`` ``prompt_domain``; shapes/domain.py).
+_DOMAINS: weakref.WeakKeyDictionary[Any, PromptDomain] = weakref.WeakKeyDictionary()
+#: (model, prompt) pairs already warned about in this process: validate runs one prompt many times.
+_WARNED: set[tuple[str, str]] = set()
+
+
+def note_prompt_domain(pipeline: Any, cfg: RunConfig, record: RunRecord) -> list[str]:
+    """A prompt outside what the pipeline's model was trained on: kept in the record, one warning line once."""
+    domain = _DOMAINS.get(pipeline)
+    if domain is None:
+        return []
+    notes = [line for text in (cfg.prompt, cfg.negative_prompt) if isinstance(text, str)
+             for line in [domain.warning(text)] if line]
+    if notes:
+        record.extra["prompt_domain"] = notes
+        for line in notes:
+            if (domain.name, line) not in _WARNED:
+                _WARNED.add((domain.name, line))
+                print(f"difforge: warning: {line}", file=sys.stderr)
+    return notes
 
 
 def run_pipeline(
@@ -103,6 +134,7 @@ def run_pipeline(
     if not record.backend:
         record.backend = {**pipeline.backend.describe(), "dtype": dtype_name(pipeline.dtype)}
     record.environment = environment_fingerprint()
+    note_prompt_domain(pipeline, cfg, record)
     try:
         out = pipeline(cfg, record, images=images, step_hook=step_hook)
     except DifforgeError:
@@ -122,13 +154,15 @@ def save_images(images: list[Image.Image], output: str | Path, record: RunRecord
     suffix = output.suffix.lower()
     with record.phase("save"):
         if len(images) == 1 and suffix in IMAGE_SUFFIXES:
-            atomic_save(output, lambda tmp: images[0].save(tmp, format=_pil_format(suffix)))
+            atomic_save(output, lambda tmp: images[0].save(tmp, format=_pil_format(suffix),
+                                                           **save_options(_pil_format(suffix))))
             paths = [output]
         elif len(images) > 1 and suffix in (".gif", ".webp"):
             atomic_save(
                 output,
                 lambda tmp: images[0].save(
-                    tmp, format=_pil_format(suffix), save_all=True, append_images=images[1:], duration=125, loop=0
+                    tmp, format=_pil_format(suffix), save_all=True, append_images=images[1:], duration=125, loop=0,
+                    **save_options(_pil_format(suffix)),
                 ),
             )
             paths = [output]
@@ -138,7 +172,8 @@ def save_images(images: list[Image.Image], output: str | Path, record: RunRecord
             paths = []
             for i, img in enumerate(images):
                 p = output.with_name(f"{output.stem}_{i:03d}{suffix}")
-                atomic_save(p, lambda tmp, img=img: img.save(tmp, format=_pil_format(suffix)))
+                atomic_save(p, lambda tmp, img=img: img.save(tmp, format=_pil_format(suffix),
+                                                             **save_options(_pil_format(suffix))))
                 paths.append(p)
         else:
             raise InputError(f"Cannot write {output.name}: use .png/.jpg/.webp for images, .gif/.webp/.mp4 for video.")

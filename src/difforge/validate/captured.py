@@ -96,7 +96,8 @@ def run_key(cfg: RunConfig, images: list[Image.Image] | None = None) -> str:
     """What makes two device runs the same run: every RunConfig field that changes what or how it computes
     (not where its files are: paths differ between the capturing and the judging machine), and the pixels
     of pictures handed to this run only (a semantic edit's source)."""
-    skip = {"model", "device", "dtype", "images", "transformer_file", "output", "record", "perf_dump", "quiet"}
+    skip = {"model", "device", "dtype", "images", "transformer_file", "output", "record", "perf_dump", "quiet",
+            "overwrite"}
     fields = {k: v for k, v in vars(cfg).items() if k not in skip}
     if images:
         fields["pictures"] = [image_hash(img) for img in images]

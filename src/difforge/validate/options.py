@@ -17,6 +17,7 @@ from ..config import RunConfig, check_steps, check_transformer_file
 from ..devices import DTYPES, dtype_name
 from ..errors import InputError, OutputError
 from ..models.registry import check_speed_names, family_of
+from ..runtime.outputs import check_writable_folder
 from .outdir import refuse_message, replaceable
 
 if TYPE_CHECKING:
@@ -224,6 +225,7 @@ def check_out_dir(out: str | Path) -> Path:
         raise InputError(f"--out {path} cannot be created: {probe} is a file, not a folder.")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise InputError(f"--out {path} is not writable: {probe} is not a writable folder.")
+    check_writable_folder(path.absolute(), "--out")  # tried, not read from the mode bits (root passes those on /proc)
     if path.is_dir():  # new, empty or a previous report only: a user's own files are never overwritten
         try:
             ok = replaceable(path)
