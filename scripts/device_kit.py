@@ -14,6 +14,11 @@ made here.  ``make device-kit`` writes, in the ignored folder ``.kit/``:
   built-in models (see that script); ``kit.py``: a copy of this file, for the preflight;
 - ``manifest.json``: every wheel with its distribution, version, bytes and sha256.
 
+The reference, diffnext (BAAI's URSA code, for ``bench_ursa``'s same-process ratios), travels as one
+more wheel only when its source is here: ``--reference PATH`` (default ``$DIFFORGE_DIFFNEXT_PATH``,
+else the ignored ``reference/`` folder), built with ``pip wheel --no-deps`` from a temporary copy at
+kit time, never committed.  Its imports beyond difforge's stack (scipy, einops) are in the GPU image.
+
 "A torch-only machine" has torch and what torch itself requires; every other package reached from
 pyproject.toml's requirements travels (one version each: two would stop the install), including
 the ones torch also pulls that difforge names itself (jinja2) - except the large binary ones the GPU
@@ -29,10 +34,12 @@ import argparse
 import hashlib
 import importlib.metadata as md
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,6 +58,8 @@ TARGET_PROVIDES = ("numpy", "pillow", "matplotlib", "contourpy", "kiwisolver", "
 MANYLINUX = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
              "manylinux1_x86_64", "manylinux_2_24_x86_64", "manylinux_2_31_x86_64", "manylinux_2_34_x86_64",
              "manylinux_2_35_x86_64")
+#: Where the reference's source may be named (as bench_ursa reads it).
+REFERENCE_ENV = "DIFFORGE_DIFFNEXT_PATH"
 #: A wheel file name: distribution, version, then the tags (PEP 427).
 WHEEL_NAME = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$")
 
@@ -192,7 +201,40 @@ def preflight(dist: str = "difforge") -> list[str]:
     return problems
 
 
-def build(out: Path, platform: str, python_version: str, carry_all: bool = False) -> dict:
+def reference_source(given: Path | None = None) -> Path | None:
+    """The folder holding diffnext's ``setup.py`` and package: ``given``, else ``$DIFFORGE_DIFFNEXT_PATH``,
+    else ``reference/`` - or None when none of them holds it (then no reference wheel travels)."""
+    candidates = [given] if given is not None else [Path(os.environ[REFERENCE_ENV]) if os.environ.get(REFERENCE_ENV)
+                                                     else None, ROOT / "reference"]
+    for folder in candidates:
+        if folder is None:
+            continue
+        folder = folder.expanduser()
+        if folder.name == "diffnext":  # the package folder itself was named
+            folder = folder.parent
+        if (folder / "setup.py").is_file() and (folder / "diffnext" / "__init__.py").is_file():
+            return folder
+        if given is not None:
+            raise SystemExit(f"device_kit: {given} holds no diffnext source (setup.py and diffnext/)")
+    return None
+
+
+def build_reference_wheel(source: Path, wheels: Path) -> Path:
+    """diffnext's wheel, built from a temporary copy (its setup.py writes into the tree it builds)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "diffnext-src"
+        shutil.copytree(source, copy, ignore=shutil.ignore_patterns(".git", "assets", "*.pyc", "__pycache__"))
+        before = set(wheels.glob("*.whl"))
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                        str(wheels), str(copy)], check=True)
+    made = sorted(set(wheels.glob("diffnext-*.whl")) - before)
+    if len(made) != 1:
+        raise SystemExit(f"device_kit: building diffnext's wheel from {source} made {len(made)} wheels")
+    return made[0]
+
+
+def build(out: Path, platform: str, python_version: str, carry_all: bool = False,
+          reference: Path | None = None) -> dict:
     """Write the kit into ``out`` (its wheels/ replaced); return the manifest."""
     packages = kit_packages(project_requirements(), carry_all)
     wheels = out / "wheels"
@@ -202,6 +244,7 @@ def build(out: Path, platform: str, python_version: str, carry_all: bool = False
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels),
                     str(ROOT)], check=True)
     check_wheels(wheels, packages)
+    ref_wheel = build_reference_wheel(reference, wheels) if reference is not None else None
     shutil.copy2(RUN_SCRIPT, out / "run.sh")
     shutil.copy2(Path(__file__), out / "kit.py")  # the preflight, run there before anything else
     files = sorted(wheels.glob("*.whl"))
@@ -213,6 +256,7 @@ def build(out: Path, platform: str, python_version: str, carry_all: bool = False
         "packages": packages,
         "wheels": [{"file": p.name, "bytes": p.stat().st_size, "sha256": _sha256(p)} for p in files],
         "bytes": sum(p.stat().st_size for p in files),
+        "reference": {"wheel": ref_wheel.name, "from": str(reference)} if ref_wheel is not None else None,
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return manifest
@@ -226,6 +270,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python-version", default="3.12", help="the target's Python (manylinux only)")
     parser.add_argument("--carry-all", action="store_true",
                         help="also carry what the GPU image brings (TARGET_PROVIDES): for a bare machine")
+    parser.add_argument("--reference", type=Path, default=None,
+                        help="diffnext's source folder, built into a wheel (default: $DIFFORGE_DIFFNEXT_PATH, "
+                             "else reference/; none there: no reference wheel)")
+    parser.add_argument("--no-reference", action="store_true", help="carry no diffnext wheel")
     parser.add_argument("--list", action="store_true", help="print the packages the kit would carry and stop")
     parser.add_argument("--preflight", action="store_true",
                         help="(on the target) check that every requirement of the installed difforge is satisfied")
@@ -240,9 +288,12 @@ def main(argv: list[str] | None = None) -> int:
         for name, version in kit_packages(project_requirements(), args.carry_all).items():
             print(f"{name}=={version}")
         return 0
-    manifest = build(args.out, args.platform, args.python_version, args.carry_all)
+    reference = None if args.no_reference else reference_source(args.reference)
+    manifest = build(args.out, args.platform, args.python_version, args.carry_all, reference)
+    ref = manifest["reference"]
     print(f"device kit: {args.out} - {len(manifest['wheels'])} wheels, {manifest['bytes'] / 2**20:.1f} MiB"
-          f" ({manifest['platform']}, Python {manifest['python_version']})")
+          f" ({manifest['platform']}, Python {manifest['python_version']}); reference: "
+          + (f"{ref['wheel']} from {ref['from']}" if ref else "none (no diffnext source here)"))
     return 0
 
 

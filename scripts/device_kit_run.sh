@@ -7,6 +7,9 @@
 #   device tool, from the project root, carry [".kit"]:   bash .kit/run.sh            (writes $OUT/device-kit.tgz)
 #   CPU dry run here:   DEV=cpu PY=<python> KIT_SITE=<folder> bash .kit/run.sh
 #
+# KIT_MODELS="" installs and checks only; KIT_INSTALLED=1 then captures without installing again
+# (benchmarks/gpu_session.sh does both, the captures last).
+#
 # Everything comes back as ONE tarball (the device returns at most 8 files), repacked after each step so a
 # time-out loses nothing, and kept within KIT_MAX_BYTES (8 MB): each capture is made at 64x64 under
 # `--max-bytes` KIT_CAPTURE_BYTES (KIT_MAX_BYTES / 8: eight fit), and a capture that would still push the
@@ -18,7 +21,7 @@ OUT=${OUT:-$PWD/kit-out}; mkdir -p "$OUT"
 PY=${PY:-python3}
 DEV=${DEV:-cuda}
 SITE=${KIT_SITE:-/tmp/site}
-MODELS=${KIT_MODELS:-"shapes-ursa shapes-qwen-edit tiny-ursa tiny-qwen-edit"}
+MODELS=${KIT_MODELS-"shapes-ursa shapes-qwen-edit tiny-ursa tiny-qwen-edit"}
 DTYPES=${KIT_DTYPES:-"bf16 fp16"}
 BUDGET_S=${KIT_BUDGET_S:-300}
 STEP_S=${KIT_STEP_S:-90}
@@ -32,7 +35,10 @@ pack() { tar -czf "$TGZ.part" -C "$T" . && mv "$TGZ.part" "$TGZ"; }
 note() { echo "$*" | tee -a "$L/steps.txt"; }
 
 # 1. the wheels, beside (never over) the machine's torch: no index, no dependency resolution, no editable install
-if ! $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$KIT"/wheels/*.whl \
+#    (KIT_INSTALLED=1: an earlier run of this session installed them into the same KIT_SITE)
+if [ "${KIT_INSTALLED:-0}" = 1 ]; then
+  echo "install skipped (KIT_INSTALLED=1): the wheels are in $SITE" >"$L/pip.log"
+elif ! $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$KIT"/wheels/*.whl \
     >"$L/pip.log" 2>&1; then
   note "== install rc=1 :: $(tail -n 5 "$L/pip.log" | tr '\n' ' ' | cut -c1-400)"; pack; exit 1
 fi

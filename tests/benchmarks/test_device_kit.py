@@ -115,3 +115,24 @@ def test_list_prints_pinned_names(kit) -> None:
                          text=True, check=True).stdout.split()
     assert "diffusers==" + kit.md.version("diffusers") in out
     assert not any(line.startswith("torch==") for line in out)
+
+
+def test_the_reference_travels_only_when_its_source_is_here(kit, tmp_path: Path, monkeypatch) -> None:
+    """diffnext's wheel is built at kit time from a source folder (never committed); none there, none carried."""
+    monkeypatch.delenv(kit.REFERENCE_ENV, raising=False)
+    monkeypatch.setattr(kit, "ROOT", tmp_path / "project")
+    assert kit.reference_source() is None
+    src = tmp_path / "ursa"
+    (src / "diffnext").mkdir(parents=True)
+    (src / "diffnext" / "__init__.py").write_text("VALUE = 1\n")
+    (src / "setup.py").write_text("import setuptools\nsetuptools.setup(name='diffnext', version='0.3.0a0', "
+                                  "packages=['diffnext'])\n")
+    monkeypatch.setenv(kit.REFERENCE_ENV, str(src / "diffnext"))  # the package folder works as well
+    assert kit.reference_source() == src
+    with pytest.raises(SystemExit, match="no diffnext source"):
+        kit.reference_source(tmp_path / "elsewhere")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    made = kit.build_reference_wheel(src, wheels)
+    assert made.name.startswith("diffnext-0.3.0a0-") and made.suffix == ".whl"
+    assert not (src / "build").exists() and sorted(p.name for p in src.iterdir()) == ["diffnext", "setup.py"]
