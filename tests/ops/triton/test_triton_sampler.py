@@ -118,3 +118,14 @@ def test_the_backend_decides_where_the_kernels_run(ts: ModuleType, monkeypatch: 
     monkeypatch.setenv(TRITON_ENV, "rotary,swiglu")
     assert PhiloxDraws(1, cuda).kernels is None
     assert PhiloxDraws(1, cuda, fused=False).kernels is None
+
+
+def test_the_step_benchmark_counts_far_fewer_operators_fused(ts: ModuleType) -> None:
+    """The figure that bounds an eager step on an accelerator: operators (kernel launches) per step.  The
+    fused count here still includes the interpreter's own tensor copies; on a GPU it is lower."""
+    from difforge.models.ursa.step_bench import time_step
+
+    torch_draws = time_step(CPU, torch.float32, tokens=16, codebook=300, repeats=1, fused=False)
+    fused = time_step(CPU, torch.float32, tokens=16, codebook=300, repeats=1, fused=True)
+    assert not torch_draws["fused"] and fused["fused"]
+    assert fused["ops_per_step"] * 4 < torch_draws["ops_per_step"], (fused, torch_draws)
