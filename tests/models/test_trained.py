@@ -40,7 +40,8 @@ def test_committed_folders_hold_no_code() -> None:
 
 def test_shapes_ursa_defaults_to_the_worlds_size(tmp_path: Path) -> None:
     folder = trained_path("shapes-ursa")
-    assert read_settings(folder) == {"default_height": 64, "default_width": 64}, SETTINGS_FILE
+    assert read_settings(folder) == {"default_height": 64, "default_width": 64, "prompt_domain": {
+        "vocabulary": "shapes", "kind": "caption", "max_items": 1}}, SETTINGS_FILE
     res = api.generate("a red circle on a blue background", model="shapes-ursa", device="cpu", seed=0,
                        output=str(tmp_path / "a.png"), quiet=True)
     image = Image.open(res.paths[0])

@@ -73,7 +73,9 @@ from difforge.training.qwen_parts import (
 SIZE = 64
 NEGATIVE_PROMPT = " "  # what the pipeline encodes as the negative prompt when none is given
 #: difforge.json of the folder: the pipeline resizes references to these areas (64 px, the world's size).
-SETTINGS = {"reference_area": SIZE * SIZE, "condition_area": SIZE * SIZE, "output_area": SIZE * SIZE}
+SETTINGS = {"reference_area": SIZE * SIZE, "condition_area": SIZE * SIZE, "output_area": SIZE * SIZE,
+            # what the model understands (shapes/domain.py): a prompt outside it gets a warning line
+            "prompt_domain": {"vocabulary": "shapes", "kind": "edit"}}
 
 Log = Callable[[str], None]
 

@@ -374,7 +374,9 @@ def write_folder(folder: Path, tok: Any, tcfg: URSATransformerConfig, model: URS
     save_file({k: v.contiguous() for k, v in vae.state_dict().items()},
               str(folder / "vae" / "diffusion_pytorch_model.safetensors"), metadata={"format": "pt"})
     # the world's pictures are 64 x 64: runs without --height/--width get that size (models/ursa/loader.py)
-    _write_json(folder / SETTINGS_FILE, {"default_height": 64, "default_width": 64})
+    # prompt_domain (shapes/domain.py): trained on one-item captions (ursa_data.py), so a prompt outside them warns
+    _write_json(folder / SETTINGS_FILE, {"default_height": 64, "default_width": 64, "prompt_domain": {
+        "vocabulary": "shapes", "kind": "caption", "max_items": 1}})
     # the scheduler reads its codebook in float16 whatever the file holds, so it is stored so
     _write_scheduler_and_index(folder, vae.quantizer.embedding.weight.detach().to(torch.float16), "AutoencoderVQ")
     if (folder / "scheduler" / "scheduler_config.json").is_file():  # pin the path this recipe trained on
