@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from difforge import cli
 from difforge.errors import InputError
-from difforge.runtime.images import test_picture
+from difforge.runtime.images import test_picture as picture
 from difforge.validate.compare import MAX_PIXELS, NO_FLOOR_WHY, compare, image_size
 from difforge.validate.thresholds import NO_FLOOR_COS_DIST
 
@@ -31,12 +31,12 @@ def folders(tmp_path: Path) -> dict[str, Path]:
     for folder in out.values():
         folder.mkdir()
     for k in range(2):
-        ref = test_picture(64 + 16 * k)
+        ref = picture(64 + 16 * k)
         ref.save(out["ref"] / f"p{k}.png")
         _noisy(ref, 2, 10 + k).save(out["floor"] / f"p{k}.png")
         _noisy(ref, 2, 20 + k).save(out["good"] / f"p{k}.png")
         _noisy(ref, 25, 30 + k).save(out["bad"] / f"p{k}.png")
-    _noisy(test_picture(64), 2, 1).save(out["good"] / "extra.png")
+    _noisy(picture(64), 2, 1).save(out["good"] / "extra.png")
     return out
 
 
@@ -86,7 +86,7 @@ def test_a_floor_that_is_a_is_refused_like_a_self_comparison(folders: dict[str, 
 
 
 def test_size_mismatch_fails_the_pair(folders: dict[str, Path], tmp_path: Path) -> None:
-    test_picture(32).save(folders["good"] / "p0.png")
+    picture(32).save(folders["good"] / "p0.png")
     result = compare(folders["good"], folders["ref"], folders["floor"])
     assert str(result.pairs[0].verdict) == "FAIL" and "sizes differ" in result.pairs[0].why
 
@@ -117,7 +117,7 @@ def test_cli_report_json_and_usage_errors(folders: dict[str, Path], tmp_path: Pa
 def test_the_html_report_shows_every_pair_worst_first_with_its_pictures(folders: dict[str, Path], tmp_path: Path) -> None:
     """Issue 28.7: compare had no HTML and no pictures; the strips are the validation gallery's."""
     bad = folders["bad"] / "p1.png"
-    _noisy(test_picture(80), 40, 7).save(bad)
+    _noisy(picture(80), 40, 7).save(bad)
     (folders["bad"] / "p0.png").write_bytes((folders["good"] / "p0.png").read_bytes())
     out = tmp_path / "cmp"
     res = CliRunner().invoke(cli.app, ["compare", str(folders["bad"]), str(folders["ref"]), "--floor",
