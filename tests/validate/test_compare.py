@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -165,3 +166,23 @@ def test_two_9999_pixel_pngs_are_refused_in_under_1_gb(tmp_path: Path) -> None:
     assert "refused:" in out and "9999x9999" in out, out
     peak = float(out.split("peak_mb")[1])
     assert peak < 1024, out
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+SCREENSHOT = Path(__file__).resolve().parents[2] / "scripts" / "screenshot_report.sh"
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
+def test_the_html_report_draws_its_pictures_in_headless_chromium(folders: dict[str, Path], tmp_path: Path) -> None:
+    """At 800 px the strips are visible (the test picture's red disc, the heat map's bright noise) above the table."""
+    out = tmp_path / "cmp"
+    compare_result = CliRunner().invoke(cli.app, ["compare", str(folders["bad"]), str(folders["ref"]), "--floor",
+                                                  str(folders["floor"]), "--out", str(out)])
+    assert compare_result.exit_code == 1, compare_result.output
+    shot = tmp_path / "shot.png"
+    subprocess.run([str(SCREENSHOT), str(out / "report.html"), str(shot), "800", "1400"], check=True, timeout=120,
+                   capture_output=True)
+    arr = np.asarray(Image.open(shot).convert("RGB")).astype(int)
+    red = (arr[..., 0] > 180) & (arr[..., 1] < 60) & (arr[..., 2] < 60)
+    hot = (arr[..., 0] > 200) & (arr[..., 1] > 150) & (arr[..., 2] < 120)  # the heat map of a 25-level noise pair
+    assert red.sum() > 200 and hot.sum() > 200, (red.sum(), hot.sum())
