@@ -112,6 +112,12 @@ def select_ops(backend: Backend, overrides: Mapping[str, Callable[..., Any]] | N
         for op in triton_ops:
             ops[op] = triton_kernels.KERNELS[op]  # swiglu stays unpacked: a packed GEMM would change the products
             choices[op] = OpChoice(f"triton {op}", triton_kernels.EXACT[op], triton_kernels.DETAIL[op])
+    if isinstance(backend.fused_kernel("sampler"), TritonKernel):  # bound by URSA's PhiloxDraws; recorded here
+        choices["sampler"] = OpChoice(
+            "triton philox inverse-cdf", False,
+            "on the Philox stream: one launch a draw; the torch draw's codes but where a uniform is within float32 "
+            "rounding of a cumulative-sum boundary",
+        )
 
     if "rms_norm" not in triton_ops and (kernel := backend.fused_kernel("rms_norm")) is not None:
         ops["rms_norm"] = npu_ops.make_rms_norm(kernel)
