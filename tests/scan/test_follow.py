@@ -123,3 +123,16 @@ def test_the_documented_qwenimage_example_finds_the_transformers_complex_rope() 
     direct = scan("diffusers.models.transformers.transformer_qwenimage", "npu", follow_depth=0)
     assert len(rope) == 4 and rope == sorted(f.line for f in direct.findings if f.rule == "DF106")
     assert "diffusers/models/transformers/transformer_qwenimage.py" in result.followed
+
+
+def test_the_file_cap_is_said_apart_from_the_depth(tmp_path: Path) -> None:
+    _write(tmp_path, PACKAGE)
+    result = scan(tmp_path / "pkg/pipelines/flow", "npu", jobs=1, follow_depth=2)
+    from difforge.scan import follow as follow_module
+
+    capped = follow_module.follow([tmp_path / "pkg/pipelines/flow/pipe.py"],
+                                  follow_module.package_of(tmp_path / "pkg/pipelines/flow"), depth=1, limit=1)
+    # lazy/impl.py is taken (path order), net.py is cut by the cap: said as the cap, not as depth
+    assert [p.name for p in capped.files] == ["impl.py"] and capped.not_followed == 1
+    assert capped.note.endswith("1 file added, 1 more left out by the 1-file cap")
+    assert "cap" not in result.follow_note

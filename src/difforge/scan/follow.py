@@ -195,7 +195,8 @@ def follow(files: Iterable[Path], pkg: Package | None, depth: int = FOLLOW_DEPTH
     cache: dict[Path, ast.Module | None] = {}
     frontier = sorted(seen)
     added: list[Path] = []
-    not_followed: set[Path] = set()
+    capped: set[Path] = set()  # wanted within the depth, left out by the file cap
+    deeper: set[Path] = set()  # imported one level beyond the depth
     for level in range(depth + 1):
         wanted: set[Path] = set()
         for path in frontier:
@@ -214,20 +215,24 @@ def follow(files: Iterable[Path], pkg: Package | None, depth: int = FOLLOW_DEPTH
                                               and not _defines(_parse(found, cache) or ast.Module([], []), name)):
                     wanted.add(found)
         if level == depth:
-            not_followed = wanted
+            deeper = wanted - capped
             break
-        room = limit - len(added)
-        take = sorted(wanted)[: max(room, 0)]
-        not_followed |= set(sorted(wanted)[len(take):])
+        room = max(limit - len(added), 0)
+        ordered = sorted(wanted)
+        take = ordered[:room]
+        capped |= set(ordered[room:])
         added.extend(take)
         seen.update(take)
         frontier = take
         if not take:
             break
+    not_followed = capped | deeper
     note = (f"imports within {pkg.name} followed {depth} level{'s' * (depth != 1)}: {len(added)} file"
             f"{'s' * (len(added) != 1)} added")
-    if not_followed:
-        note += f", {len(not_followed)} more imported deeper not followed"
+    if capped:
+        note += f", {len(capped)} more left out by the {limit}-file cap"
+    if deeper:
+        note += f", {len(deeper)} more imported deeper not followed"
     return Followed(pkg.name, tuple(added), depth, len(not_followed), note)
 
 
