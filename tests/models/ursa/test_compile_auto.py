@@ -78,3 +78,13 @@ def test_an_accelerator_compiles_once_eager_has_lost_the_compile_cost(
 def test_asked_for_compile_is_always_chosen(pipe: URSAPipeline) -> None:
     call = pipe.check_inputs(RunConfig(**CFG, compile=True), RunRecord("generate"))
     assert pipe.choose_compile(call).compile
+
+
+def test_a_call_without_compile_after_a_compiled_one_runs_eager_on_the_cpu(pipe: URSAPipeline) -> None:
+    """On the CPU only --compile compiles: a reused pipeline goes back to eager for a call that does not ask."""
+    pipe.set_compile(True)  # as an earlier --compile call left it (installs, compiles nothing yet)
+    call = pipe.check_inputs(RunConfig(**CFG), RunRecord("generate"))
+    choice = pipe.choose_compile(call)
+    assert not choice.compile and "never chosen unasked on cpu" in choice.reason
+    pipe.set_compile(choice.compile)
+    assert pipe.compile_policy is None and not pipe.transformer.layers_compiled

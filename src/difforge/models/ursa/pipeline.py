@@ -335,11 +335,11 @@ class URSAPipeline:
             return CompileChoice(True, "asked for (--compile)")
         if call.record is None or cfg.parallel not in ("none", "data"):
             return CompileChoice(False, "not asked")
-        if self.compile_policy is not None:  # compiled by an earlier call: its cost is paid
-            return CompileChoice(True, "auto: compiled by an earlier call of this pipeline (cost already paid)")
         policy = self.backend.compile_policy()
         if self.device.type not in AUTO_SAVED_SHARE or not policy.available:
             return auto_compile(policy, None, 0, call.steps, False)
+        if self.compile_policy is not None:  # compiled by an earlier call: its cost is paid
+            return CompileChoice(True, "auto: compiled by an earlier call of this pipeline (cost already paid)")
         key = self.compile_key(call)
         step_s, done = self.eager_steps.get(key, (None, 0))
         return auto_compile(policy, step_s, done, call.steps, self.compile_caches().is_warm(key))
