@@ -8,6 +8,9 @@ combine and the scheduler's Euler step - with the first ``--warmup`` steps untim
 
 * ``diffusers reference``: diffusers' own processor (complex RoPE), two batch-1 calls per step,
   eager - what ``QwenImageEditPlusPipeline.__call__`` does per step;
+* ``diffusers pipeline``: ``QwenImageEditPlusPipeline.__call__`` itself on the same transformer and
+  texts (prompt embeddings given, one reference picture encoded by a random VAE before the loop, no
+  decode), each step timed between step-end callbacks (``--no-pipeline`` leaves it out);
 * ``difforge, two calls``: real RoPE only (isolates batched CFG);
 * ``difforge default``: real RoPE + one batch-2 CFG call;
 * ``difforge default + compile`` (``--compile``): plus regional ``torch.compile``.
@@ -80,6 +83,14 @@ SIZES = {
     "tiny": Size("tiny", TINY_CONFIG, 64, 8, {"edit": (24, 20), "plus": (12, 10)}),
 }
 REFERENCE = "diffusers reference (2 calls)"
+PIPELINE = "diffusers pipeline (its own call)"
+#: The VAE the diffusers pipeline row encodes its reference picture with (random weights): the real layout
+#: (diffusers' defaults) at medium and full size, the tiny model's at tiny size (z_dim = in_channels / 4).
+VAE_CONFIGS: dict[str, dict[str, Any]] = {
+    "tiny": {"base_dim": 16, "z_dim": 4, "dim_mult": [1, 2, 4, 4], "num_res_blocks": 1,
+             "temperal_downsample": [False, True, True], "latents_mean": [0.0] * 4, "latents_std": [1.0] * 4},
+    "medium": {}, "full": {},
+}
 DEFAULT = "difforge default"
 
 
@@ -189,6 +200,53 @@ def time_loop(transformer: nn.Module, p: Any, backend: Any, batched: bool, warmu
     backend.synchronize()
     times = [1000.0 * t for t in timer.durations()[warmup:]]
     return times, backend.peak_memory_bytes()
+
+
+@torch.no_grad()
+def time_diffusers_pipeline(transformer: nn.Module, size: Size, p: Any, backend: Any, warmup: int, steps: int,
+                            seed: int = 0, true_cfg: float = 4.0) -> tuple[list[float], int | None]:
+    """Per-step ms of ``QwenImageEditPlusPipeline.__call__`` itself on the same transformer and texts.
+
+    The pipeline gets the prompt embeddings (no text encoder), one reference picture of the output's size
+    (encoded once by a random-weight VAE before the loop) and ``output_type="latent"`` (no decode); each
+    step is timed from one step-end callback to the next, synchronised, so the steps are the pipeline's
+    own (its CFG, scheduler and bookkeeping included) and the encode is not.  The pipeline sizes its
+    reference picture to 1024² of area (``VAE_IMAGE_SIZE``); the bench sets that to the output's area
+    for the call, so smaller sizes stay comparable (full size: unchanged).
+    """
+    import PIL.Image
+    from diffusers import AutoencoderKLQwenImage, QwenImageEditPlusPipeline
+    from diffusers.pipelines.qwenimage import pipeline_qwenimage_edit_plus as plus
+    from diffusers.utils import logging as dlog
+
+    saved, level = plus.VAE_IMAGE_SIZE, dlog.get_verbosity()
+    # quiet: "prompt_embeds without a mask" (every token is valid, as in difforge's loop), keep-in-fp32 (none here)
+    dlog.set_verbosity_error()
+    torch.manual_seed(seed)
+    vae = AutoencoderKLQwenImage(**VAE_CONFIGS[size.name]).to(backend.device, p.noise.dtype).eval()
+    pipe = QwenImageEditPlusPipeline(scheduler=_scheduler(), vae=vae, text_encoder=None, tokenizer=None,
+                                     processor=None, transformer=transformer)
+    pipe.set_progress_bar_config(disable=True)
+    stamps: list[float] = []
+
+    def step_end(_pipe: Any, _i: int, _t: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+        backend.synchronize()
+        stamps.append(time.perf_counter())
+        return {}
+
+    picture = PIL.Image.new("RGB", (size.pixels, size.pixels), (200, 120, 40))
+    plus.VAE_IMAGE_SIZE = size.pixels * size.pixels
+    backend.reset_peak_memory()
+    try:
+        pipe(image=[picture], prompt_embeds=p.prompt_embeds, negative_prompt_embeds=p.negative_embeds,
+             true_cfg_scale=true_cfg, num_inference_steps=max(warmup, 1) + steps, height=size.pixels,
+             width=size.pixels, output_type="latent", callback_on_step_end=step_end,
+             generator=torch.Generator(backend.device).manual_seed(seed))
+    finally:
+        plus.VAE_IMAGE_SIZE = saved
+        dlog.set_verbosity(level)
+    times = [1000.0 * (b - a) for a, b in zip(stamps, stamps[1:], strict=False)]
+    return times[max(warmup, 1) - 1:], backend.peak_memory_bytes()
 
 
 def _eager(compiled: bool) -> contextlib.AbstractContextManager[Any]:
@@ -316,6 +374,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     results: list[BenchResult] = []
     times, peak = time_loop(model, p, backend, False, args.warmup, args.steps)
     results.append(result(REFERENCE, times, peak, 2, "diffusers processor, complex RoPE, eager"))
+    if not args.no_pipeline:  # the same transformer inside diffusers' own pipeline call
+        times, peak = time_diffusers_pipeline(model, size, p, backend, args.warmup, args.steps, args.seed)
+        results.append(result(PIPELINE, times, peak, 2, "QwenImageEditPlusPipeline.__call__, eager; step-end to "
+                                                         "step-end (its VAE encode before the loop not counted)"))
 
     install_processor(model)
     install_real_rope(model)
@@ -392,6 +454,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--end-to-end", action="store_true", help="also time the tiny pipeline end to end")
+    ap.add_argument("--no-pipeline", action="store_true", help="do not time diffusers' own pipeline call")
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args(argv)
     if args.steps is None:

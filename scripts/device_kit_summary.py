@@ -25,6 +25,8 @@ SAMPLER_GOAL_MS = 1.0
 #: The row each benchmark calls difforge's default.
 URSA_DEFAULT = "optimised (exact)"
 QWEN_DEFAULT = "difforge default"
+#: The Qwen bench's row of diffusers' own pipeline call (the peer every ratio is also given against).
+PIPELINE_PREFIX = "diffusers pipeline"
 
 
 def _read(path: Path) -> str:
@@ -93,12 +95,15 @@ def qwen_section(name: str, data: dict[str, Any]) -> list[str]:
     """Qwen-Image-Edit: diffusers' reference row, difforge's bf16 and fp8 rows, compile times."""
     rows = data["results"]
     ref = rows[0]["ms_per_step"]
+    pipeline = next((r["ms_per_step"] for r in rows if r["name"].startswith(PIPELINE_PREFIX)), None)
     goal = GOALS_MS.get(name)
     lines = [f"### Qwen-Image-Edit ({data['variant']}) {data['output_pixels']}², {data['dtype']}, true CFG, "
              f"{data['steps']} steps (`{name}`)" + (f" — goal ≤ {goal:g} ms/step lossless, ≤ 22 GiB" if goal else ""),
-             "", "| variant | ms/step | reference ÷ this | peak GiB | notes |", "| --- | ---: | ---: | ---: | --- |"]
+             "", f"| variant | ms/step | {rows[0]['name']} ÷ this | diffusers pipeline ÷ this | peak GiB | notes |",
+             "| --- | ---: | ---: | ---: | ---: | --- |"]
     for r in rows:
-        lines.append(f"| {r['name']} | {_ms(r['ms_per_step'])} | {ref / r['ms_per_step']:.2f}× | "
+        vs_pipeline = "–" if pipeline is None else f"{pipeline / r['ms_per_step']:.2f}×"
+        lines.append(f"| {r['name']} | {_ms(r['ms_per_step'])} | {ref / r['ms_per_step']:.2f}× | {vs_pipeline} | "
                      f"{_gib(r.get('peak_memory_bytes'))} | {r.get('notes', '')} |")
     sh = data.get("step_shares") or {}
     if sh:

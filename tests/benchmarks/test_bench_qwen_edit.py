@@ -15,11 +15,13 @@ def test_tiny_benchmark_writes_complete_json(tmp_path: Path) -> None:
     bench_qwen_edit.main(["--tiny", "--steps", "2", "--warmup", "1", "--json", str(out)])
     data = json.loads(out.read_text())
     names = [r["name"] for r in data["results"]]
-    assert names == [bench_qwen_edit.REFERENCE, "difforge, two calls", "difforge default"]
+    assert names == [bench_qwen_edit.REFERENCE, bench_qwen_edit.PIPELINE, "difforge, two calls", "difforge default"]
     for r in data["results"]:
         assert r["ms_per_step"] > 0 and r["tokens_per_forward"] == data["tokens_per_forward"]
         assert r["flops_per_step"] == data["flops_per_step"] > 0 and r["tflops"] > 0
-    assert [r["forwards_per_step"] for r in data["results"]] == [2, 2, 1]
+    assert [r["forwards_per_step"] for r in data["results"]] == [2, 2, 2, 1]
+    pipeline = data["results"][1]  # diffusers' own call on the same transformer: steps timed, its notes say how
+    assert "QwenImageEditPlusPipeline.__call__" in pipeline["notes"] and pipeline["ms_min"] > 0
     assert all(v > 0 for v in data["ratios_vs_reference"].values())
     shares = data["step_shares"]  # the instrumented run of "difforge default": true CFG's combine, the Euler step
     assert shares["cfg_ms_per_step"] > 0 and 0 < shares["cfg_share"] < 1 and 0 < shares["scheduler_share"] < 1
@@ -47,7 +49,7 @@ def test_random_transformer_is_built_on_the_target_device_with_finite_outputs() 
 def test_fp8_rows_stand_beside_the_bf16_rows(tmp_path: Path) -> None:
     """``--fp8`` adds the fp8-storage default after the full-precision rows instead of replacing them."""
     out = tmp_path / "qwen.json"
-    bench_qwen_edit.main(["--tiny", "--steps", "1", "--warmup", "1", "--fp8", "--json", str(out)])
+    bench_qwen_edit.main(["--tiny", "--steps", "1", "--warmup", "1", "--fp8", "--no-pipeline", "--json", str(out)])
     data = json.loads(out.read_text())
     rows = {r["name"]: r for r in data["results"]}
     default = bench_qwen_edit.DEFAULT
@@ -56,3 +58,22 @@ def test_fp8_rows_stand_beside_the_bf16_rows(tmp_path: Path) -> None:
     weights = data["weight_bytes"]["this_size"]
     assert weights["fp8_linears"] > 0 and weights["fp8_on_device"] < weights["float32_on_device"]
     assert set(data["ratios_vs_reference"]) == set(rows)
+
+
+def test_the_pipeline_row_times_diffusers_own_call_step_by_step() -> None:
+    """Two transformer calls a step (true CFG) for warm-up + timed steps, one time per timed step; the module
+    constant the bench sets for the call is restored."""
+    from diffusers.pipelines.qwenimage import pipeline_qwenimage_edit_plus as plus
+
+    from difforge.devices import CPUBackend
+
+    size = bench_qwen_edit.SIZES["tiny"]
+    model = bench_qwen_edit.build_transformer(bench_qwen_edit.TINY_CONFIG, torch.device("cpu"), torch.float32)
+    p = bench_qwen_edit.make_inputs(size, "plus", torch.device("cpu"), torch.float32)
+    calls = []
+    model.register_forward_hook(lambda module, args, kwargs_out: calls.append(1))
+    before = plus.VAE_IMAGE_SIZE
+    times, _ = bench_qwen_edit.time_diffusers_pipeline(model, size, p, CPUBackend(), warmup=1, steps=2)
+    assert len(times) == 2 and all(t > 0 for t in times)
+    assert len(calls) == 2 * (1 + 2)
+    assert plus.VAE_IMAGE_SIZE == before

@@ -88,6 +88,10 @@ def test_the_summary_tables_come_from_the_benchmarks_json(tmp_path: Path, summar
     data = json.loads((session / "bench" / "qwen_plus.json").read_text())
     ref_row = next(line for line in text.splitlines() if line.startswith(f"| {bench_qwen_edit.REFERENCE} |"))
     assert f"| {summary_mod._ms(data['results'][0]['ms_per_step'])} | 1.00× |" in ref_row
+    pipeline = next(r for r in data["results"] if r["name"] == bench_qwen_edit.PIPELINE)
+    default_row = next(line for line in text.splitlines() if line.startswith("| difforge default |"))
+    default = next(r for r in data["results"] if r["name"] == "difforge default")
+    assert f"| {pipeline['ms_per_step'] / default['ms_per_step']:.2f}× |" in default_row
 
 
 def test_the_reference_rows_and_ratios_are_printed(summary_mod) -> None:
