@@ -514,7 +514,7 @@ def variants(args: argparse.Namespace, backend: Backend) -> list[Variant]:
         out.append(Variant("optimised, fused kernels off", kernels="off"))
     if args.compile:
         out.append(Variant("optimised + compile", compile=True, exact=False))
-    if backend.random_stream == "philox":  # an accelerator: the old host-drawn default, for comparison
+    if backend.random_stream == "philox" and not args.no_host_stream:  # an accelerator: the old host-drawn default
         out.append(Variant("optimised, reference stream", disable=(PHILOX_RNG,), compile=args.compile, exact=False))
     elif args.fast or args.draws or args.gumbel:
         out.append(Variant("optimised + philox-rng", fast=(PHILOX_RNG,), exact=False))
@@ -545,6 +545,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--gumbel", action="store_true",
                    help="also time the Philox stream with its Gumbel-max sampler (the inverse-CDF default's comparison)")
     p.add_argument("--no-reference", action="store_true", help="do not time diffnext even where it imports")
+    p.add_argument("--no-host-stream", action="store_true",
+                   help="on an accelerator, leave out the host-drawn reference stream's variant (seconds a step)")
     p.add_argument("--steps", type=int, default=None, help="denoising steps per timed run")
     p.add_argument("--warmup", type=int, default=1, help="untimed runs before timing")
     p.add_argument("--repeat", type=int, default=1, help="timed runs (ms/step is their median)")

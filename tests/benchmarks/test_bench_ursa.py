@@ -117,3 +117,13 @@ def test_fused_kernels_off_is_a_variant_where_the_backend_offers_them(monkeypatc
     with bench.fused_kernels(pipe, "off"):
         assert bench.os.environ[bench.KERNELS_ENV] == "off"
     assert bench.os.environ[bench.KERNELS_ENV] == "rotary" and seen == ["off", "rotary"]
+
+
+def test_no_host_stream_leaves_the_host_drawn_variant_out_on_an_accelerator() -> None:
+    from difforge.devices import CUDABackend
+
+    backend = CUDABackend()  # only asked for its stream and kernels here: no GPU needed
+    assert backend.random_stream == "philox"
+    with_host = [v.name for v in bench.variants(bench.parse_args(["--tiny", "--compile"]), backend)]
+    without = [v.name for v in bench.variants(bench.parse_args(["--tiny", "--compile", "--no-host-stream"]), backend)]
+    assert "optimised, reference stream" in with_host and without == [n for n in with_host if "reference stream" not in n]
