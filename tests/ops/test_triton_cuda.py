@@ -92,6 +92,26 @@ def test_sampler_uniforms_are_bitwise(ts) -> None:  # type: ignore[no-untyped-de
     assert torch.equal(got, want)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_metric_rate_within_an_ulp_of_the_torch_rate_at_512(ts, dtype: torch.dtype) -> None:  # type: ignore[no-untyped-def]
+    import dataclasses
+
+    from difforge.models.ursa.scheduler import MetricPath
+
+    gen = torch.Generator().manual_seed(7)
+    plain = MetricPath.build(torch.randn(64000, 8, generator=gen).half(), 0.9, 3.0, 1e-5)
+    plain = dataclasses.replace(plain.to(torch.device("cuda")), kernels=None)
+    fused = dataclasses.replace(plain, kernels=ts)
+    logits = randn(1, 1024, 64000, dtype=dtype, seed=8, scale=3)
+    x1 = torch.randint(0, 64000, (1, 1024), generator=gen).cuda()
+    xt = torch.randint(0, 64000, (1, 1024), generator=gen).cuda()
+    want, got = plain.rate(logits.clone(), xt, x1, 0.4), fused.rate(logits.clone(), xt, x1, 0.4)
+    ulp = (torch.nextafter(want, torch.full_like(want, float("inf"))).float() - want.float()).abs()
+    equal = (got == want).float().mean().item()
+    print(f"metric rate {dtype}: {100 * equal:.4f} % bitwise equal to the torch rate")
+    assert bool(((got.float() - want.float()).abs() <= ulp).all()) and equal > 0.99
+
+
 def test_the_step_is_under_a_millisecond_at_512() -> None:
     from difforge.models.ursa.step_bench import time_step
 

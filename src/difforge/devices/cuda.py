@@ -2,9 +2,9 @@
 
 Fused kernels: on an NVIDIA GPU with triton installed, rms_norm, swiglu and rotary run as difforge's
 own Triton kernels (:mod:`difforge.ops.triton_kernels`; their exactness is stated there and recorded
-per op), and so do URSA's Philox inverse-CDF draws (``sampler``: :mod:`difforge.ops.triton_sampler`).
-``DIFFORGE_TRITON_KERNELS`` switches them: ``on`` (the default), ``off``, or a comma list of the ones
-to keep (``rotary,swiglu,sampler``: all but the approximate rms_norm).  The variable is one of the
+per op), and so do URSA's Philox inverse-CDF draws (``sampler``) and metric-path jump rates (``rate``),
+both in :mod:`difforge.ops.triton_sampler`.  ``DIFFORGE_TRITON_KERNELS`` switches them: ``on`` (the
+default), ``off``, or a comma list of the ones to keep (``rotary,swiglu``: the bitwise-exact ones only).  The variable is one of the
 backend's recorded environment variables, so a run's record says when it was set, and each op's
 adaptation names the implementation it got.
 """
@@ -21,8 +21,8 @@ import torch
 from ..errors import InputError
 from .base import Backend, EnvPreset
 
-#: The ops a Triton kernel implements: difforge.ops.triton_kernels's three, and the sampler's draws.
-TRITON_OPS = ("rms_norm", "swiglu", "rotary", "sampler")
+#: The ops a Triton kernel implements: difforge.ops.triton_kernels's three, URSA's sampler draws and metric rate.
+TRITON_OPS = ("rms_norm", "swiglu", "rotary", "sampler", "rate")
 #: The switch for them (see the module docstring).
 TRITON_ENV = "DIFFORGE_TRITON_KERNELS"
 
@@ -78,7 +78,7 @@ class CUDABackend(Backend):
         )
 
     def fused_kernel(self, op: str) -> TritonKernel | None:
-        """A :class:`TritonKernel` for rms_norm / swiglu / rotary / sampler when usable and not switched off, else None."""
+        """A :class:`TritonKernel` for one of :data:`TRITON_OPS` when usable and not switched off, else None."""
         if op not in TRITON_OPS or not self.triton_usable():
             return None
         return TritonKernel(op) if op in triton_ops_asked(os.environ.get(TRITON_ENV)) else None

@@ -118,6 +118,12 @@ def select_ops(backend: Backend, overrides: Mapping[str, Callable[..., Any]] | N
             "on the Philox stream: one launch a draw; the torch draw's codes but where a uniform is within float32 "
             "rounding of a cumulative-sum boundary",
         )
+    if isinstance(backend.fused_kernel("rate"), TritonKernel):  # bound by URSA's MetricPath.to; recorded here
+        choices["rate"] = OpChoice(
+            "triton metric rate", False,
+            "metric path: the jump rates in one launch, each op rounded as the torch path; the codebook product "
+            "summed in float32 in order and the softmax in Triton's order (an ulp of the logits dtype)",
+        )
 
     if "rms_norm" not in triton_ops and (kernel := backend.fused_kernel("rms_norm")) is not None:
         ops["rms_norm"] = npu_ops.make_rms_norm(kernel)

@@ -184,3 +184,90 @@ def uniform(shape: tuple[int, int], c2: int, c3: int, k0: int, k1: int, device: 
         _uniform_kernel[(triton.cdiv(n, block),)](out, n, shape[1], c2 + _WIDE, c3 + _WIDE, k0 + _WIDE, k1 + _WIDE,
                                                   BLOCK=block)
     return out
+
+
+# ------------------------------------------------------------------------------------------- metric rate
+@triton.jit
+def _round(y, dtype: tl.constexpr, PRECISE: tl.constexpr):
+    """float32 ``y`` rounded to ``dtype`` (nearest-even) and back to float32, as one torch op's output is."""
+    if dtype == tl.float32:
+        return y
+    elif PRECISE or dtype != tl.bfloat16:
+        return y.to(dtype).to(tl.float32)
+    else:  # the interpreter's float32 -> bfloat16 cast truncates; round on the bits (finite values)
+        bits = y.to(tl.uint32, bitcast=True)
+        bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+        return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _distance(e_ptr, sq, w_ptr, sumsq_ptr, r, c, k, ok, D: tl.constexpr, OUT: tl.constexpr, PRECISE: tl.constexpr):
+    """``|e|^2 + |E_c|^2 - e . (2 E_c)`` as the torch path rounds it: the sum in float16 (then the logits dtype),
+    the product in float32 rounded to float16, the difference rounded to the logits dtype."""
+    s1 = _round(_round(sq + tl.load(sumsq_ptr + c, mask=c < k, other=0.0).to(tl.float32), tl.float16, PRECISE),
+                OUT, PRECISE)
+    mm = tl.zeros(ok.shape, tl.float32)
+    for d in tl.static_range(D):
+        mm += tl.load(e_ptr + r * D + d).to(tl.float32) * tl.load(w_ptr + d * k + c, mask=c < k, other=0.0).to(tl.float32)
+    return _round(s1 - _round(mm, tl.float16, PRECISE), OUT, PRECISE)
+
+
+@triton.jit(do_not_specialize=["n_rows", "k", "neg_beta", "d_beta"])
+def _metric_rate_kernel(e_ptr, sq_ptr, d0_ptr, sumsq_ptr, w_ptr, v_ptr, n_rows, k, neg_beta, d_beta,
+                        D: tl.constexpr, ROWS: tl.constexpr, CHUNK: tl.constexpr, PRECISE: tl.constexpr):
+    r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]
+    r = tl.minimum(r, n_rows - 1)  # a ragged last program repeats the last row (the same values, stored twice)
+    sq = tl.load(sq_ptr + r).to(tl.float32)
+    d0 = tl.load(d0_ptr + r).to(tl.float32)
+    out_ty: tl.constexpr = v_ptr.dtype.element_ty
+    # softmax(dist * -beta) over the codebook: max, then the sum of exp(a - max), as torch's softmax in float32
+    m = tl.full((ROWS, CHUNK), float("-inf"), tl.float32)
+    for c0 in range(0, k, CHUNK):
+        c = c0 + tl.arange(0, CHUNK)[None, :]
+        ok = (c < k) & (r >= 0)
+        a = _round(_distance(e_ptr, sq, w_ptr, sumsq_ptr, r, c, k, ok, D, out_ty, PRECISE) * neg_beta, out_ty, PRECISE)
+        m = tl.maximum(m, tl.where(ok, a, float("-inf")))
+    mx = tl.max(m, axis=1)[:, None]
+    acc = tl.zeros((ROWS, CHUNK), tl.float32)
+    for c0 in range(0, k, CHUNK):
+        c = c0 + tl.arange(0, CHUNK)[None, :]
+        ok = (c < k) & (r >= 0)
+        a = _round(_distance(e_ptr, sq, w_ptr, sumsq_ptr, r, c, k, ok, D, out_ty, PRECISE) * neg_beta, out_ty, PRECISE)
+        acc += tl.where(ok, _exp(a - mx, PRECISE), 0.0)
+    total = tl.sum(acc, axis=1)[:, None]
+    for c0 in range(0, k, CHUNK):
+        c = c0 + tl.arange(0, CHUNK)[None, :]
+        ok = (c < k) & (r >= 0)
+        dist = _distance(e_ptr, sq, w_ptr, sumsq_ptr, r, c, k, ok, D, out_ty, PRECISE)
+        a = _round(dist * neg_beta, out_ty, PRECISE)
+        prob = _round(tl.math.div_rn(_exp(a - mx, PRECISE), total), out_ty, PRECISE)
+        gap = -_round(dist - d0, out_ty, PRECISE)
+        v = _round(_round(prob * d_beta, out_ty, PRECISE) * tl.where(gap > 0, gap, 0.0), out_ty, PRECISE)
+        tl.store(v_ptr + r.to(tl.int64) * k + c, v.to(out_ty), mask=ok)
+
+
+def metric_rate(
+    e: torch.Tensor, sq: torch.Tensor, d0: torch.Tensor, sumsq: torch.Tensor, w2t: torch.Tensor,
+    neg_beta: float, d_beta: float, dtype: torch.dtype,
+) -> torch.Tensor:
+    """The metric path's jump rates ``softmax(-beta * D) * d_beta * relu(d0 - D)`` in one launch, ``[..., K]`` in ``dtype``.
+
+    ``e [..., d]``: the normalised codebook vectors of the drawn x1 (float16), ``sq [..., 1]`` their squared
+    norms, ``d0 [..., 1]`` the distance of x_t's vector to them, ``sumsq [K]`` and ``w2t [d, K]`` the
+    codebook's squared norms and ``2 E^T`` (:class:`difforge.models.ursa.scheduler.MetricPath`); ``dtype``
+    the logits' (the distance buffer's).  The distances are recomputed from the codebook in each of the
+    three passes (the codebook stays in cache), so nothing but the rates is written.
+    """
+    lead, dim = e.shape[:-1], e.shape[-1]
+    k = sumsq.shape[0]
+    v = torch.empty(*lead, k, dtype=dtype, device=e.device)
+    n_rows = v.numel() // max(k, 1)
+    if n_rows and k:
+        rows = 4
+        _metric_rate_kernel[(triton.cdiv(n_rows, rows),)](
+            e.reshape(n_rows, dim).contiguous(), sq.reshape(n_rows).contiguous(), d0.reshape(n_rows).contiguous(),
+            sumsq.contiguous(), w2t.contiguous(), v, n_rows, k, float(neg_beta), float(d_beta),
+            D=dim, ROWS=rows, CHUNK=min(512, triton.next_power_of_2(k)), PRECISE=not INTERPRETED,
+            enable_fp_fusion=False,
+        )
+    return v

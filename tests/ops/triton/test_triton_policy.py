@@ -71,6 +71,7 @@ def test_select_ops_binds_the_kernels_and_records_their_exactness(gpu: None, tk:
     assert chosen["swiglu"].choice == "triton swiglu" and chosen["swiglu"].exact
     assert chosen["rms_norm"].choice == "triton rms_norm" and not chosen["rms_norm"].exact
     assert chosen["sampler"].choice == "triton philox inverse-cdf" and not chosen["sampler"].exact
+    assert chosen["rate"].choice == "triton metric rate" and not chosen["rate"].exact
     x = torch.randn(1, 4, 2, 8, generator=torch.Generator().manual_seed(0))
     table = ops.rope_table(torch.ones(4, 4) * 0.5, torch.ones(4, 4) * 0.25)
     assert torch.equal(ops.rotary(x, table), rotary.apply_rotary(x, table))
@@ -83,4 +84,4 @@ def test_switched_off_ops_stay_plain_and_overrides_still_win(
     ops = select_ops(CUDABackend(), {"swiglu": lambda g, u: g})
     assert ops.names()["rotary"] == "triton rotary"
     assert ops.names()["rms_norm"].startswith("torch") and ops.names()["swiglu"].startswith("override:")
-    assert "sampler" not in ops.names()  # switched off: nothing recorded, the torch draws run
+    assert "sampler" not in ops.names() and "rate" not in ops.names()  # switched off: the torch draws and rates

@@ -8,15 +8,18 @@ the torch path's tokens; and the policy that picks the kernels.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from types import ModuleType
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from difforge.devices.cuda import TRITON_ENV, CUDABackend
 from difforge.models.ursa.config import SchedulerConfig
 from difforge.models.ursa.sampling import GUMBEL_MAX, Draws, PhiloxDraws
-from difforge.models.ursa.scheduler import DFMScheduler
+from difforge.models.ursa.scheduler import DFMScheduler, MetricPath, fused_rate_kernels
 from difforge.runtime import philox
 
 from .conftest import interpreted
@@ -95,12 +98,15 @@ def test_scheduler_steps_give_the_torch_paths_tokens(ts: ModuleType, alpha: floa
     scheduler = DFMScheduler(SchedulerConfig(alpha=alpha, c=3.0, shift=1.0, eps=1e-5),
                              torch.randn(k, 8, generator=gen).half())
     logits, x = torch.randn(2, 12, k, generator=gen) * 3, torch.randint(0, k, (2, 12), generator=gen)
+    fused_scheduler = copy.copy(scheduler)
+    if isinstance(scheduler.path, MetricPath):  # the fused rate too, as MetricPath.to binds it on such a device
+        fused_scheduler.path = dataclasses.replace(scheduler.path, kernels=ts)
     for sparse in (False, True):
         fused = Draws(philox=PhiloxDraws(5, CPU, sparse=sparse, fused=True))
         plain = Draws(philox=PhiloxDraws(5, CPU, sparse=sparse, fused=False))
         assert fused.philox is not None and fused.philox.kernels is ts
         for i in (3, 7):
-            a = scheduler.step(logits.clone(), i, 8, x, fused)
+            a = fused_scheduler.step(logits.clone(), i, 8, x, fused)
             b = scheduler.step(logits.clone(), i, 8, x, plain)
             assert torch.equal(a, b), (sparse, i)
             assert i == 7 or int((a != x).sum()) > 0  # some tokens jumped
@@ -129,3 +135,40 @@ def test_the_step_benchmark_counts_far_fewer_operators_fused(ts: ModuleType) -> 
     fused = time_step(CPU, torch.float32, tokens=16, codebook=300, repeats=1, fused=True)
     assert not torch_draws["fused"] and fused["fused"]
     assert fused["ops_per_step"] * 4 < torch_draws["ops_per_step"], (fused, torch_draws)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_metric_rate_rounds_as_the_torch_rate(ts: ModuleType, dtype: torch.dtype) -> None:
+    """Every rounding step of the torch rate is replayed; the 8-term codebook product and the softmax sums are
+    reduced in another order (and numpy's exp stands in for expf here), so a rate may differ by an ulp of the
+    logits dtype - in half precision rarely, in float32 (no coarse rounding to hide it) often."""
+    gen = torch.Generator().manual_seed(3)
+    k = 300
+    path = MetricPath.build(torch.randn(k, 8, generator=gen).half(), 0.9, 3.0, 1e-5)
+    logits = torch.randn(2, 9, k, generator=gen).to(dtype)  # 18 rows: a ragged last program of 4
+    x1, xt = torch.randint(0, k, (2, 9), generator=gen), torch.randint(0, k, (2, 9), generator=gen)
+    want = path.rate(logits.clone(), xt, x1, 0.4)
+    e = F.normalize(path.emb[x1], dim=-1, eps=path.eps)
+    got = ts.metric_rate(e, e.square().sum(-1, True), path.pair_dist(path.emb[xt], path.emb[x1]), path.emb_sumsq,
+                         path.emb_mul2t, -path.beta(0.4), path.d_beta(0.4), dtype)
+    assert got.dtype == want.dtype == dtype and got.shape == want.shape
+    if dtype == torch.float32:
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-7)
+    else:
+        ulp = (torch.nextafter(want, torch.full_like(want, float("inf"))).float() - want.float()).abs()
+        assert bool(((got.float() - want.float()).abs() <= ulp).all())
+        assert (got == want).float().mean() > 0.99
+    fused = dataclasses.replace(path, kernels=ts)
+    assert torch.equal(fused.rate(logits.clone(), xt, x1, 0.4), got)  # what a step on such a device computes
+
+
+def test_the_backend_decides_where_the_rate_kernel_runs(ts: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(TRITON_ENV, raising=False)
+    assert fused_rate_kernels(CPU) is None
+    cuda = torch.device("cuda", 0)
+    monkeypatch.setattr(CUDABackend, "triton_usable", staticmethod(lambda: True))
+    assert fused_rate_kernels(cuda) is ts
+    monkeypatch.setenv(TRITON_ENV, "sampler")
+    assert fused_rate_kernels(cuda) is None
+    path = MetricPath.build(torch.randn(16, 8).half(), 0.9, 3.0, 1e-5)
+    assert path.kernels is None and path.to(CPU).kernels is None

@@ -17,13 +17,27 @@ depends on how many tokens jump, so that one host sync per step stays there.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import ModuleType
 
 import torch
 import torch.nn.functional as F
 
 from .config import SchedulerConfig
 from .sampling import DRAW_JUMP, DRAW_X1, Draws, as_draws, categorical, skip_categorical, uniform
+
+
+def fused_rate_kernels(device: torch.device) -> ModuleType | None:
+    """:mod:`difforge.ops.triton_sampler` when ``device``'s backend offers the fused rate kernel, else None."""
+    from ...devices import BACKENDS
+    from ...devices.cuda import TritonKernel
+
+    backend = BACKENDS.get(device.type)
+    if backend is None or not isinstance(backend(index=device.index).fused_kernel("rate"), TritonKernel):
+        return None
+    from ...ops import triton_sampler
+
+    return triton_sampler
 
 
 def timestep_t(i: int, num_steps: int, shift: float = 1.0) -> float:
@@ -34,7 +48,15 @@ def timestep_t(i: int, num_steps: int, shift: float = 1.0) -> float:
 
 @dataclass
 class MetricPath:
-    """Metric-induced path over an L2-normalised float16 codebook."""
+    """Metric-induced path over an L2-normalised float16 codebook.
+
+    ``kernels``: the device's fused rate kernel (:func:`difforge.ops.triton_sampler.metric_rate`), set by
+    :meth:`to` when the device's backend offers ``fused_kernel("rate")`` (CUDA with triton, unless
+    ``DIFFORGE_TRITON_KERNELS`` leaves it out): the rates in one launch instead of about a dozen passes over
+    ``[B, N, K]``.  It rounds every step as :meth:`rate` does, but sums the codebook product in float32 in
+    order and the softmax in Triton's order, so a rate can differ by an ulp of the logits dtype.  Chosen per
+    device, so a run and validation's teacher-forced step on that device compute the same rates.
+    """
 
     emb: torch.Tensor  # [K, D] normalised codebook (float16)
     emb_sumsq: torch.Tensor  # [K]
@@ -42,6 +64,7 @@ class MetricPath:
     alpha: float
     c: float
     eps: float
+    kernels: ModuleType | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def build(cls, codebook: torch.Tensor, alpha: float, c: float, eps: float) -> MetricPath:
@@ -49,7 +72,8 @@ class MetricPath:
         return cls(emb, emb.square().sum(-1), emb.mul(2).T.contiguous(), float(alpha), float(c), float(eps))
 
     def to(self, device: torch.device) -> MetricPath:
-        return MetricPath(self.emb.to(device), self.emb_sumsq.to(device), self.emb_mul2t.to(device), self.alpha, self.c, self.eps)
+        return MetricPath(self.emb.to(device), self.emb_sumsq.to(device), self.emb_mul2t.to(device), self.alpha,
+                          self.c, self.eps, fused_rate_kernels(torch.device(device)))
 
     def beta(self, t: float) -> float:
         return self.c * (t / (1 - t)) ** self.alpha
@@ -74,9 +98,13 @@ class MetricPath:
         return self.rate(logits, x_t, categorical(logits.softmax(-1), generator), t)
 
     def rate(self, logits: torch.Tensor, x_t: torch.Tensor, x1: torch.Tensor, t: float) -> torch.Tensor:
-        """:meth:`velocity` for a drawn ``x1``; overwrites ``logits``."""
+        """:meth:`velocity` for a drawn ``x1``; overwrites ``logits`` (the fused kernel leaves them as they are)."""
         d_beta = self.d_beta(t)
         emb_x1 = self.emb[x1]
+        if self.kernels is not None:
+            e = F.normalize(emb_x1, dim=-1, eps=self.eps)
+            return self.kernels.metric_rate(e, e.square().sum(-1, True), self.pair_dist(self.emb[x_t], emb_x1),
+                                            self.emb_sumsq, self.emb_mul2t, -self.beta(t), d_beta, logits.dtype)
         dist = self.dist_to_codebook(emb_x1, out=logits)
         prob = dist.mul(-self.beta(t)).softmax(-1)
         d0 = self.pair_dist(self.emb[x_t], emb_x1)
