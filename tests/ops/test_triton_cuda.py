@@ -101,7 +101,7 @@ def test_metric_rate_within_an_ulp_of_the_torch_rate_at_512(ts, dtype: torch.dty
     gen = torch.Generator().manual_seed(7)
     plain = MetricPath.build(torch.randn(64000, 8, generator=gen).half(), 0.9, 3.0, 1e-5)
     plain = dataclasses.replace(plain.to(torch.device("cuda")), kernels=None)
-    fused = dataclasses.replace(plain, kernels=ts)
+    fused = dataclasses.replace(plain, kernels=ts.KERNELS)
     logits = randn(1, 1024, 64000, dtype=dtype, seed=8, scale=3)
     x1 = torch.randint(0, 64000, (1, 1024), generator=gen).cuda()
     xt = torch.randint(0, 64000, (1, 1024), generator=gen).cuda()

@@ -26,6 +26,8 @@ Import this module only where a backend offered the sampler kernel
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -271,3 +273,16 @@ def metric_rate(
             enable_fp_fusion=False,
         )
     return v
+
+
+@dataclass(frozen=True)
+class SamplerKernels:
+    """What URSA's sampler binds (``PhiloxDraws.kernels``, ``MetricPath.kernels``): plain functions, so the
+    objects holding them still copy and deep-copy like any dataclass of tensors."""
+
+    inverse_cdf: Callable[..., torch.Tensor]
+    uniform: Callable[..., torch.Tensor]
+    metric_rate: Callable[..., torch.Tensor]
+
+
+KERNELS = SamplerKernels(inverse_cdf, uniform, metric_rate)

@@ -100,11 +100,11 @@ def test_scheduler_steps_give_the_torch_paths_tokens(ts: ModuleType, alpha: floa
     logits, x = torch.randn(2, 12, k, generator=gen) * 3, torch.randint(0, k, (2, 12), generator=gen)
     fused_scheduler = copy.copy(scheduler)
     if isinstance(scheduler.path, MetricPath):  # the fused rate too, as MetricPath.to binds it on such a device
-        fused_scheduler.path = dataclasses.replace(scheduler.path, kernels=ts)
+        fused_scheduler.path = dataclasses.replace(scheduler.path, kernels=ts.KERNELS)
     for sparse in (False, True):
         fused = Draws(philox=PhiloxDraws(5, CPU, sparse=sparse, fused=True))
         plain = Draws(philox=PhiloxDraws(5, CPU, sparse=sparse, fused=False))
-        assert fused.philox is not None and fused.philox.kernels is ts
+        assert fused.philox is not None and fused.philox.kernels is ts.KERNELS
         for i in (3, 7):
             a = fused_scheduler.step(logits.clone(), i, 8, x, fused)
             b = scheduler.step(logits.clone(), i, 8, x, plain)
@@ -120,7 +120,7 @@ def test_the_backend_decides_where_the_kernels_run(ts: ModuleType, monkeypatch: 
     monkeypatch.setattr(CUDABackend, "triton_usable", staticmethod(lambda: False))
     assert PhiloxDraws(1, cuda).kernels is None
     monkeypatch.setattr(CUDABackend, "triton_usable", staticmethod(lambda: True))
-    assert PhiloxDraws(1, cuda).kernels is ts
+    assert PhiloxDraws(1, cuda).kernels is ts.KERNELS
     monkeypatch.setenv(TRITON_ENV, "rotary,swiglu")
     assert PhiloxDraws(1, cuda).kernels is None
     assert PhiloxDraws(1, cuda, fused=False).kernels is None
@@ -158,7 +158,7 @@ def test_metric_rate_rounds_as_the_torch_rate(ts: ModuleType, dtype: torch.dtype
         ulp = (torch.nextafter(want, torch.full_like(want, float("inf"))).float() - want.float()).abs()
         assert bool(((got.float() - want.float()).abs() <= ulp).all())
         assert (got == want).float().mean() > 0.99
-    fused = dataclasses.replace(path, kernels=ts)
+    fused = dataclasses.replace(path, kernels=ts.KERNELS)
     assert torch.equal(fused.rate(logits.clone(), xt, x1, 0.4), got)  # what a step on such a device computes
 
 
@@ -167,8 +167,10 @@ def test_the_backend_decides_where_the_rate_kernel_runs(ts: ModuleType, monkeypa
     assert fused_rate_kernels(CPU) is None
     cuda = torch.device("cuda", 0)
     monkeypatch.setattr(CUDABackend, "triton_usable", staticmethod(lambda: True))
-    assert fused_rate_kernels(cuda) is ts
+    assert fused_rate_kernels(cuda) is ts.KERNELS
     monkeypatch.setenv(TRITON_ENV, "sampler")
     assert fused_rate_kernels(cuda) is None
     path = MetricPath.build(torch.randn(16, 8).half(), 0.9, 3.0, 1e-5)
     assert path.kernels is None and path.to(CPU).kernels is None
+    bound = dataclasses.replace(path, kernels=ts.KERNELS)
+    assert copy.deepcopy(bound).kernels == ts.KERNELS  # plain functions: a bound path still deep-copies

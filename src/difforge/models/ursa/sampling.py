@@ -35,12 +35,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property, partial
-from types import ModuleType
+from typing import TYPE_CHECKING
 
 import torch
 
 from ...runtime import philox
 from ...runtime.philox import BlockFn, Word
+
+if TYPE_CHECKING:
+    from ...ops.triton_sampler import SamplerKernels
 
 #: Philox counter word 3: which draw of a step (word 2 is the step; the initial codes are step 0's).
 DRAW_INIT, DRAW_X1, DRAW_JUMP_U, DRAW_JUMP = 0, 1, 2, 3
@@ -103,7 +106,7 @@ class PhiloxDraws:
         sampler_block(self.sampler)  # refuse an unknown name here, not at the first draw
 
     @cached_property
-    def kernels(self) -> ModuleType | None:
+    def kernels(self) -> SamplerKernels | None:
         """The fused sampler kernels this stream draws with (see ``fused``), or None for the torch draws."""
         if self.sampler != INVERSE_CDF or self.fused is False:
             return None
@@ -116,7 +119,7 @@ class PhiloxDraws:
                 return None
         from ...ops import triton_sampler
 
-        return triton_sampler
+        return triton_sampler.KERNELS
 
     @property
     def key(self) -> tuple[int, int]:

@@ -18,7 +18,7 @@ depends on how many tokens jump, so that one host sync per step stays there.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from types import ModuleType
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -26,9 +26,12 @@ import torch.nn.functional as F
 from .config import SchedulerConfig
 from .sampling import DRAW_JUMP, DRAW_X1, Draws, as_draws, categorical, skip_categorical, uniform
 
+if TYPE_CHECKING:
+    from ...ops.triton_sampler import SamplerKernels
 
-def fused_rate_kernels(device: torch.device) -> ModuleType | None:
-    """:mod:`difforge.ops.triton_sampler` when ``device``'s backend offers the fused rate kernel, else None."""
+
+def fused_rate_kernels(device: torch.device) -> SamplerKernels | None:
+    """:mod:`difforge.ops.triton_sampler`'s kernels when ``device``'s backend offers the fused rate, else None."""
     from ...devices import BACKENDS
     from ...devices.cuda import TritonKernel
 
@@ -37,7 +40,7 @@ def fused_rate_kernels(device: torch.device) -> ModuleType | None:
         return None
     from ...ops import triton_sampler
 
-    return triton_sampler
+    return triton_sampler.KERNELS
 
 
 def timestep_t(i: int, num_steps: int, shift: float = 1.0) -> float:
@@ -64,7 +67,7 @@ class MetricPath:
     alpha: float
     c: float
     eps: float
-    kernels: ModuleType | None = field(default=None, repr=False, compare=False)
+    kernels: SamplerKernels | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def build(cls, codebook: torch.Tensor, alpha: float, c: float, eps: float) -> MetricPath:
