@@ -52,7 +52,11 @@ if [ -f .kit/run.sh ]; then  # 1. install + preflight + doctor only; the capture
 elif ! $PY -c "import difforge" 2>/dev/null; then
   echo "no device kit (.kit/run.sh) and difforge does not import: run 'make device-kit' and carry .kit"; exit 1
 fi
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$S/gpu.csv" 2>&1
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$S/gpu.csv" 2>&1
+else
+  echo "no nvidia-smi on this machine" >"$S/gpu.csv"
+fi
 $PY -c "import torch, transformers, diffusers; print('torch', torch.__version__, 'transformers', transformers.__version__, 'diffusers', diffusers.__version__)" >"$S/versions.txt" 2>&1
 pack
 
@@ -68,7 +72,9 @@ run ursa1024   90 $PY -m benchmarks.bench_ursa --size full --res 1024 --device c
 # 5. the Philox stream on the device: known answers, device vs CPU words and codes, ms per full-size draw.
 run philox     30 $PY scripts/philox_device_check.py --device cuda --rows 1024 --json "$B/philox.json"
 # 6. the kit's captures (docs/device-kit.md) with what is left; each capture capped by the kit itself.
-if [ -f .kit/run.sh ] && [ "$(left)" -ge 60 ]; then
+if [ ! -f .kit/run.sh ]; then
+  echo "== kit captures skipped: no .kit/run.sh" | tee -a "$S/steps.txt"
+elif [ "$(left)" -ge 60 ]; then
   budget=$(left)
   OUT=$S/kit-captures PY=$PY KIT_SITE=$SITE KIT_INSTALLED=1 KIT_BUDGET_S=$((budget - 5)) timeout "$budget" bash .kit/run.sh \
     >"$S/kit-captures.log" 2>&1

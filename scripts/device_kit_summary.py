@@ -140,7 +140,8 @@ def summary(session: Path, command: str) -> str:
     missing = [p.stem for p in sorted(bench.glob("*.log"))] if bench.is_dir() else []
     missing = [m for m in missing if not (bench / f"{m}.json").exists()]
     if missing:
-        lines += [f"No JSON (did not finish within its cap; its log is in the tarball): {', '.join(missing)}", ""]
+        lines += [f"No JSON (failed or stopped at its cap: see its step line; its log is in the tarball): "
+                  f"{', '.join(missing)}", ""]
     return "\n".join(lines)
 
 
