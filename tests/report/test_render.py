@@ -127,10 +127,12 @@ def _speed(result) -> None:  # type: ignore[no-untyped-def]
 
     rows = [{"kind": "baseline", "name": "--disable a,b", "validated": False, "s_per_it": 0.5, "it_per_s": 2.0,
              "end_to_end_s": 2.2, "memory_after_load_bytes": 3 * 2**30, "peak_bytes": 5 * 2**30,
-             "memory_kind": "device", "speedup_step": 1.0, "speedup_end_to_end": 1.0},
+             "memory_kind": "device", "speedup_step": 1.0, "speedup_end_to_end": 1.0, "rounds": 3, "warmup": 1,
+             "spread": 1.1, "unsteady": False},
             {"kind": "exact", "name": "defaults", "validated": True, "s_per_it": 0.25, "it_per_s": 4.0,
              "end_to_end_s": 1.1, "memory_after_load_bytes": 3 * 2**30, "peak_bytes": 4 * 2**30,
-             "memory_kind": "device", "speedup_step": 2.0, "speedup_end_to_end": 2.0},
+             "memory_kind": "device", "speedup_step": 2.0, "speedup_end_to_end": 2.0, "rounds": 3, "warmup": 1,
+             "spread": 1.0, "unsteady": False},
             {"kind": "approximate", "name": "--fast taylorseer", "validated": False, "error": "out of memory"}]
     header = {"device": "Ascend 910B3", "dtype": "bfloat16", "height": 1024, "width": 1024, "steps": 20, "batch": 1,
               "rounds": 3, "warmup": 1, "variant_rounds": 3, "variant_warmup": 1}
@@ -146,7 +148,10 @@ def test_performance_table_is_the_modelzoo_shape(tmp_path: Path) -> None:
     assert "Ascend 910B3, 1024×1024, 20 steps, batch 1, bfloat16" in md
     assert "| Configuration | Options | s/it | it/s | End to end (s) | Speed-up | Memory after load | Peak memory |" in md
     assert "| baseline | `--disable a,b` | 0.5 | 2 | 2.2 | 1.00× | 3.00 GiB | 5.00 GiB |" in md
-    assert "| exact optimisations | `defaults` | 0.25 | 4 | 1.1 | 2.00× | 3.00 GiB | 4.00 GiB | ✓ |" in md
+    # every row states how it was measured and what judged its accuracy
+    assert ("| exact optimisations | `defaults` | 0.25 | 4 | 1.1 | 2.00× | 3.00 GiB | 4.00 GiB | 3 after 1 warm-up; "
+            "spread 1.0× | judged by this report: PASS | ✓ |") in md
+    assert "| 3 after 1 warm-up; spread 1.1× | exact optimisations: not judged separately by this report |  |" in md
     assert "did not run: out of memory" in md
     html = paths["html"].read_text()
     assert html.index("2. Performance") < html.index("2.00×") < html.index("3. Accuracy")
@@ -220,3 +225,92 @@ def test_per_rank_timings_table(tmp_path: Path) -> None:
         result.data["dut_record"] = record
         html = write_report(result, tmp_path, lang="en", files=files)["html"].read_text()
         assert "Per-rank timings" not in html
+
+
+def test_speed_rows_state_rounds_and_accuracy_and_flag_an_unsteady_row(tmp_path: Path) -> None:
+    """Issue 28.3: the resolved size (never None×None), each row's rounds and warm-up, an approximate row's
+    missing accuracy evidence said beside it, and a > 2× spread between rounds flagged."""
+    from difforge.runtime.record import PhaseStat, RunRecord
+    from difforge.validate.bench import SPREAD_FLAG, speed_row, speed_table
+
+    def rec(step_s: float) -> RunRecord:
+        r = RunRecord(kind="generate")
+        r.step_times_s = [step_s] * 4
+        r.phases = {"denoise": PhaseStat("denoise", step_s * 4, None, 2**30)}
+        return r
+
+    steady = speed_row("exact", "defaults", [rec(0.1), rec(0.11)], None, True, warmup=1)
+    wobbly = speed_row("approximate", "--fast taylorseer", [rec(0.1), rec(0.5)], None, False, warmup=1)
+    assert steady["rounds"] == 2 and steady["warmup"] == 1 and not steady["unsteady"]
+    assert wobbly["spread"] > SPREAD_FLAG and wobbly["unsteady"]
+    result, files = _result(tmp_path)
+    header = {"device": "cpu", "dtype": "bfloat16", "height": None, "width": None, "steps": 4, "batch": 1,
+              "rounds": 2, "warmup": 1}
+    result.rungs["benchmark"] = RungResult("benchmark", Verdict.PASS, "fast", data={
+        "step_times_s": [[0.1]], "speed": {"header": header, "rows": speed_table([steady, wobbly])}})
+    paths = write_report(result, tmp_path, lang="en", files=files)
+    md, html = paths["markdown"].read_text(), paths["html"].read_text()
+    assert "None×None" not in md and "cpu, the model's default size, 4 steps" in md
+    assert "none measured (timed only): validate with --fast taylorseer to judge it" in md
+    assert "spread 5.0× (over 2×: unsteady)" in md and "its median is not a steady figure" in md
+    assert html.count("2 after 1 warm-up") == 2 and 'class="rounds v WARN"' in html
+    zh = write_report(result, tmp_path, lang="zh", files=files)["markdown"].read_text()
+    assert "预热 1 轮后 2 轮" in zh and "仅计时，未验证精度：需用 --fast taylorseer 另行验证" in zh
+
+
+def _quick_strip(tmp_path: Path, lowered: bool, semantic: bool = True):  # type: ignore[no-untyped-def]
+    from difforge.validate.gallery import picture_steps
+
+    result, files = _result(tmp_path)
+    s_path = tmp_path / "images" / "gallery_0_strip.png"
+    Image.new("RGB", (48, 16), (10, 200, 10)).save(s_path)
+    result.data["gallery"]["entries"][0]["strip"] = s_path.name
+    result.data["gallery"].update(picture_steps(4, 25, lowered))
+    if semantic:
+        result.rungs["semantic"] = RungResult("semantic", Verdict.PASS, "ok", data={"contact_sheet": "sem.png"})
+    return result, [*files, s_path]
+
+
+def test_a_quick_picture_says_beside_it_that_it_was_made_with_fewer_steps(tmp_path: Path) -> None:
+    """Issue 28.1: a --quick picture (4 of the model's 25 steps) never stands without saying so beside it,
+    and points to the default-step pictures (the semantic rung's sheet)."""
+    from html.parser import HTMLParser
+
+    result, files = _quick_strip(tmp_path, lowered=True)
+    paths = write_report(result, tmp_path, lang="en", files=files)
+    html = paths["html"].read_text()
+
+    class Figures(HTMLParser):
+        """The text of each <figure> that holds the strip picture."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.depth, self.text, self.found = 0, "", []
+
+        def handle_starttag(self, tag: str, attrs: list) -> None:  # type: ignore[override]
+            if tag == "figure" and ("class", "strip") in attrs:
+                self.depth, self.text = 1, ""
+
+        def handle_endtag(self, tag: str) -> None:
+            if tag == "figure" and self.depth:
+                self.found.append(self.text)
+                self.depth = 0
+
+        def handle_data(self, data: str) -> None:
+            if self.depth:
+                self.text += data
+
+    parser = Figures()
+    parser.feed(html)
+    assert parser.found, "no strip figure"
+    for caption in parser.found:  # the note is inside the picture's own figure, not in a later section
+        assert "Made with 4 denoising steps (--quick); the model draws with 25" in caption, caption
+        assert "4.5 Semantic" in caption
+    assert html.index("Made with 4 denoising steps") < html.index("<h2>2. Verdict by rung</h2>")
+    md = paths["markdown"].read_text()
+    assert md.index("gallery_0_strip.png") < md.index("Made with 4 denoising steps") < md.index("## 2. Verdict")
+    zh = write_report(result, tmp_path, lang="zh", files=files)["html"].read_text()
+    assert "此图仅用 4 步去噪（--quick），模型默认为 25 步" in zh
+    # made at the default steps: nothing is said
+    result, files = _quick_strip(tmp_path / "d", lowered=False)
+    assert "denoising steps" not in write_report(result, tmp_path / "d", lang="en", files=files)["html"].read_text()

@@ -1,4 +1,4 @@
-"""Every character difforge's Chinese report texts use: what the embedded font subset must hold.
+"""Every character difforge's Chinese report texts (and zh picture labels) use: what the embedded font subset must hold.
 
 Kept apart from :mod:`.fonts` (which the plots import) so collecting the texts of the plots, the
 report prose and the run-time catalogue creates no import cycle.  ``scripts/build_cjk_font.py``
@@ -8,6 +8,7 @@ still covers them.
 
 from __future__ import annotations
 
+from ..validate import gallery
 from . import i18n, plots, zh_text
 
 
@@ -19,7 +20,8 @@ def is_cjk(ch: str) -> bool:
 
 def chinese_characters() -> set[str]:
     """Every CJK character of the zh report's texts: what the subset must hold."""
-    texts: list[str] = [*i18n.TEXT["zh"].values(), *i18n.RUNG_TITLES["zh"].values(), *plots.ZH_LABELS.values()]
+    texts: list[str] = [*i18n.TEXT["zh"].values(), *i18n.RUNG_TITLES["zh"].values(), *plots.ZH_LABELS.values(),
+                        *gallery.LABELS["zh"].values()]  # the picture labels validate draws for a zh report
     for name, value in vars(zh_text).items():  # the catalogue, whatever containers it is kept in
         if not name.startswith("__"):
             texts.extend(_strings(value))

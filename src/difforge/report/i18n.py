@@ -26,10 +26,21 @@ TEXT: dict[str, dict[str, str]] = {
         "env_threads": "CPU threads", "env_threads_value": "{cores} cores, torch uses {threads}",
         "env_count": "count", "env_vars": "environment variables set", "env_presets": "presets applied",
         "env_config_hash": "config hash (sha256)",
-        "perf_table_text": ("{device}, {width}×{height}, {steps} steps, batch {batch}, {dtype}; medians of {rounds} "
-                            "timed rounds after {warmup} warm-up for the validated row, {variant_rounds} after "
-                            "{variant_warmup} for the others. Speed-up is end to end against the baseline row; the "
-                            "row marked ✓ is the configuration this report validates."),
+        "perf_table_text": ("{device}, {size}, {steps} steps, batch {batch}, {dtype}. Every row is measured the same "
+                            "way: medians of its timed rounds after its warm-up (the Rounds column). Speed-up is end "
+                            "to end against the baseline row; the row marked ✓ is the configuration this report "
+                            "validates; the Accuracy column says what judged each row's accuracy."),
+        "perf_default_size": "the model's default size",
+        "perf_rounds": "Rounds", "perf_rounds_cell": "{rounds} after {warmup} warm-up",
+        "perf_spread": "spread {spread}×", "perf_spread_flag": "spread {spread}× (over 2×: unsteady)",
+        "perf_accuracy": "Accuracy", "perf_acc_validated": "judged by this report: {verdict}",
+        "perf_acc_none": "none measured (timed only): validate with {name} to judge it",
+        "perf_acc_exact": "exact optimisations: not judged separately by this report",
+        "perf_unsteady": ("A row's slowest round took more than 2× its fastest: its median is not a steady figure; "
+                          "time it again on an idle machine before comparing it."),
+        "pictures_steps": ("Made with {steps} denoising steps (--quick); the model draws with {default}: a half-formed "
+                           "picture here comes from the steps, not from the port."),
+        "pictures_steps_semantic": "Pictures made at the default steps: {section}.",
         "perf_config": "Configuration", "perf_options": "Options", "perf_s_it": "s/it", "perf_it_s": "it/s",
         "perf_e2e": "End to end (s)", "perf_speedup": "Speed-up", "perf_mem_load": "Memory after load",
         "perf_mem_peak": "Peak memory", "perf_validated": "Validated",
@@ -152,9 +163,18 @@ TEXT: dict[str, dict[str, str]] = {
         "env_threads": "CPU 线程", "env_threads_value": "{cores} 核，torch 使用 {threads} 个线程",
         "env_count": "数量", "env_vars": "已设置的环境变量", "env_presets": "已应用的预设",
         "env_config_hash": "配置哈希（sha256）",
-        "perf_table_text": ("{device}，{width}×{height}，{steps} 步，batch {batch}，{dtype}；已验证行取预热 {warmup} 轮后 "
-                            "{rounds} 个计时轮次的中位数，其余行取预热 {variant_warmup} 轮后 {variant_rounds} 个轮次。"
-                            "加速比为相对基线行的端到端加速；标 ✓ 的行即本报告验证的配置。"),
+        "perf_table_text": ("{device}，{size}，{steps} 步，batch {batch}，{dtype}。每行测法相同：取预热后各计时轮次的中位数"
+                            "（见“轮次”列）。加速比为相对基线行的端到端加速；标 ✓ 的行即本报告验证的配置；"
+                            "“精度依据”列说明各行精度由何验证。"),
+        "perf_default_size": "模型默认尺寸",
+        "perf_rounds": "轮次", "perf_rounds_cell": "预热 {warmup} 轮后 {rounds} 轮",
+        "perf_spread": "最慢/最快 {spread}×", "perf_spread_flag": "最慢/最快 {spread}×（超过 2×：变化过大）",
+        "perf_accuracy": "精度依据", "perf_acc_validated": "本报告结论：{verdict}",
+        "perf_acc_none": "仅计时，未验证精度：需用 {name} 另行验证",
+        "perf_acc_exact": "等价优化：本报告未另行验证其精度",
+        "perf_unsteady": "有行各轮最慢与最快之比超过 2×：其中位数不可比较，请在无其他负载的机器上重新测量。",
+        "pictures_steps": "此图仅用 {steps} 步去噪（--quick），模型默认为 {default} 步：画面未成形是步数所致，不代表移植有误。",
+        "pictures_steps_semantic": "用默认步数生成的图片见 {section}。",
         "perf_config": "配置", "perf_options": "选项", "perf_s_it": "s/it", "perf_it_s": "it/s",
         "perf_e2e": "端到端耗时 (s)", "perf_speedup": "加速比", "perf_mem_load": "加载后内存",
         "perf_mem_peak": "峰值内存", "perf_validated": "已验证",
@@ -188,7 +208,7 @@ TEXT: dict[str, dict[str, str]] = {
         "adaptations_text": "加载时选定的全部设备相关替换。“等价”表示与通用实现逐位一致；“近似”可能改变结果。",
         "what": "对象", "choice": "实现", "kind": "类型", "detail": "说明",
         "exact": "等价", "approximate": "近似", "none": "无",
-        "smoke": "Smoke 验证",
+        "smoke": "基本运行检查",
         "smoke_text": "一次冷启动运行：各阶段须全部完成，输出须无 NaN/Inf、非空白。",
         "determinism": "确定性",
         "performance": "性能参考",
@@ -247,7 +267,7 @@ RUNG_TITLES = {
     "en": {"smoke": "smoke", "determinism": "determinism", "benchmark": "benchmark", "operator": "operator",
            "component": "component", "step": "teacher-forced step", "trajectory": "trajectory",
            "semantic": "semantic"},
-    "zh": {"smoke": "Smoke", "determinism": "确定性", "benchmark": "性能基准", "operator": "算子级",
+    "zh": {"smoke": "基本运行", "determinism": "确定性", "benchmark": "性能基准", "operator": "算子级",
            "component": "组件级", "step": "逐步教师强制", "trajectory": "完整轨迹",
            "semantic": "语义"},
 }

@@ -214,9 +214,30 @@ def _bytes(n: int | None) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
+def _speed_rounds(r: dict[str, Any], t: dict[str, str]) -> str:
+    """How a row was measured (timed rounds after warm-up) and the spread between its rounds, flagged when a
+    reader must not trust its median (above bench.SPREAD_FLAG)."""
+    text = t["perf_rounds_cell"].format(rounds=r.get("rounds", "–"), warmup=r.get("warmup", "–"))
+    spread = r.get("spread")
+    if spread is not None:
+        text += "; " + t["perf_spread_flag" if r.get("unsteady") else "perf_spread"].format(spread=f"{spread:.1f}")
+    return text
+
+
+def _speed_accuracy(r: dict[str, Any], t: dict[str, str], verdict: str) -> str:
+    """The accuracy evidence beside a row: the validated row carries this report's verdict; the others were
+    timed only, and say so (an approximate one names the validation that would judge it)."""
+    if r.get("validated"):
+        return t["perf_acc_validated"].format(verdict=verdict)
+    if r.get("kind") == "approximate":
+        return t["perf_acc_none"].format(name=r.get("name", ""))
+    return t["perf_acc_exact"]
+
+
 def _speed_context(bench: RungResult | None, t: dict[str, str], tr: Callable[[str], str],
-                   esc: Callable[[Any], Any]) -> dict[str, Any]:
-    """The ModelZoo-style performance table: header line and one row per configuration."""
+                   esc: Callable[[Any], Any], verdict: str = "") -> dict[str, Any]:
+    """The ModelZoo-style performance table: header line and one row per configuration, each row with how it
+    was measured and its accuracy evidence beside it."""
     speed = (bench.data or {}).get("speed") if bench is not None else None
     if not speed:
         return {}
@@ -237,12 +258,17 @@ def _speed_context(bench: RungResult | None, t: dict[str, str], tr: Callable[[st
                                "–" if speedup is None else f"{speedup:.2f}×",
                                _bytes(r.get("memory_after_load_bytes")) + mem_note,
                                _bytes(r.get("peak_bytes")) + mem_note],
+                     "rounds": _speed_rounds(r, t), "unsteady": bool(r.get("unsteady")),
+                     "accuracy": _speed_accuracy(r, t, verdict),
                      "validated": "✓" if r.get("validated") else ""})
-    text = t["perf_table_text"].format(**{"variant_rounds": h.get("rounds"), "variant_warmup": h.get("warmup"),
-                                          **{k: esc(v) for k, v in h.items()}})
+    size = (f"{h['width']}×{h['height']}" if h.get("width") and h.get("height") else t["perf_default_size"])
+    text = t["perf_table_text"].format(**{**{k: esc(v) for k, v in h.items()}, "size": esc(size)})
+    unsteady = [r for r in rows if r.get("unsteady")]
     return {"text": text, "rows": rows, "skipped": t["perf_no_table"] if speed.get("skipped") else "",
+            "unsteady": t["perf_unsteady"] if unsteady else "",
             "headers": [t["perf_config"], t["perf_options"], t["perf_s_it"], t["perf_it_s"], t["perf_e2e"],
-                        t["perf_speedup"], t["perf_mem_load"], t["perf_mem_peak"], t["perf_validated"]]}
+                        t["perf_speedup"], t["perf_mem_load"], t["perf_mem_peak"], t["perf_rounds"],
+                        t["perf_accuracy"], t["perf_validated"]]}
 
 
 def _ranks_context(record: dict[str, Any] | None, t: dict[str, str], esc: Callable[[Any], Any]) -> dict[str, Any]:
@@ -452,7 +478,7 @@ def build_context(result: ValidationResult, lang: str, plots: dict[str, bytes], 
         "generated": t["generated"].format(date=date, version=__version__),
         "fmt": fmt,
         "cols": {k: column_name(k, lang, tr) for k in ("cosine", "rel_l2", "max_abs")},
-        "speed": _speed_context(result.rungs.get("benchmark"), t, tr, esc),
+        "speed": _speed_context(result.rungs.get("benchmark"), t, tr, esc, str(result.verdict)),
         "font_css": Markup(font_face_css()) if lang == "zh" and not markdown else "",
     }
     ctx["scan"] = _scan_context(d.get("scan"), t, esc)
@@ -461,6 +487,7 @@ def build_context(result: ValidationResult, lang: str, plots: dict[str, bytes], 
     present = set(SECTIONS) - ({"pictures"} if not strips else set()) - ({"signoff"} if not ctx["signoff"] else set())
     present -= set() if ctx["scan"] else {"scan"}
     ctx["h"] = _headings(t, present)
+    ctx["steps_note"] = _steps_note(ctx["gallery"], result.rungs.get("semantic"), t, ctx["h"])
     if markdown:  # the report's own prose and links pass as they are; everything else is escaped
         ctx["t"] = {k: Markup(v) for k, v in t.items()}
         ctx["h"] = {k: Markup(v) for k, v in ctx["h"].items()}
@@ -470,7 +497,7 @@ def build_context(result: ValidationResult, lang: str, plots: dict[str, bytes], 
             ctx["scan"] = {**ctx["scan"], "text": Markup(ctx["scan"]["text"])}
         if ctx["ranks"]:
             ctx["ranks"] = {**ctx["ranks"], "text": Markup(ctx["ranks"]["text"])}
-        for key in ("title", "overview_text", "localisation_text", "floor_text", "generated"):
+        for key in ("title", "overview_text", "localisation_text", "floor_text", "generated", "steps_note"):
             ctx[key] = Markup(ctx[key])
         ctx["plot_files"] = {k: Markup(v) for k, v in ctx["plot_files"].items()}
         ctx["fence"] = Markup(_code_fence(reproduce))
@@ -479,6 +506,18 @@ def build_context(result: ValidationResult, lang: str, plots: dict[str, bytes], 
         if here:
             ctx["signoff"] = {**ctx["signoff"], "reproduce_here": Markup(here), "fence": Markup(_code_fence([here]))}
     return ctx
+
+
+def _steps_note(gallery: dict[str, Any], semantic: RungResult | None, t: dict[str, str], h: dict[str, str]) -> str:
+    """What stands beside every gallery picture made with fewer steps than the model draws with (``--quick``):
+    the steps it was made with, the model's default, and where the default-step pictures are (the semantic
+    rung's sheet, when it ran).  Empty when the pictures were made at the default."""
+    if not gallery.get("steps_lowered"):
+        return ""
+    text = t["pictures_steps"].format(steps=gallery.get("steps"), default=gallery.get("default_steps"))
+    if semantic is not None and (semantic.data or {}).get("contact_sheet"):
+        text += " " + t["pictures_steps_semantic"].format(section=h.get("semantic", t["semantic"]))
+    return text
 
 
 def _embed(path: Path) -> str:

@@ -21,7 +21,7 @@ DEV = r"[\w:.-]+"
 DT = r"\w+"
 
 #: The rungs by key, as the verdict reasons name them.
-RUNGS = {"smoke": "Smoke 验证", "determinism": "确定性验证", "benchmark": "性能基准", "operator": "算子级验证",
+RUNGS = {"smoke": "基本运行检查", "determinism": "确定性验证", "benchmark": "性能基准", "operator": "算子级验证",
          "component": "组件级验证", "step": "逐步教师强制验证", "trajectory": "完整轨迹验证", "semantic": "语义验证"}
 #: The shapes world's words (difforge.shapes.world), as the semantic rung's checker names what it found.
 SHAPE_WORDS = {"circle": "圆形", "square": "正方形", "triangle": "三角形", "cross": "十字", "shape": "图形",
@@ -165,7 +165,7 @@ EXACT: dict[str, str] = {
         "没有可判定的图像：被测设备与参考未产生可比较的图像",
     "every rung was skipped, so nothing was judged": "所有验证层级均被跳过，未做任何判定",
     "no reason given": "未给出原因",
-    "skipped: the smoke run failed": "已跳过：Smoke 运行失败",
+    "skipped: the smoke run failed": "已跳过：基本运行失败",
     "the reference run recorded no step": "参考运行未记录任何步",
     "the reference runs": "参考运行",
     "the gallery": "生成样例",

@@ -132,10 +132,17 @@ def bench_rung(records: list[RunRecord], warmup: int, flops: dict[str, Any] | No
 SPEED_KINDS = ("baseline", "exact", "validated", "approximate")
 
 
+#: A row whose slowest timed round takes more than this many times its fastest is flagged: its median is
+#: not a steady figure (a cold cache, another process on the machine), and a reader must not compare it.
+SPREAD_FLAG = 2.0
+
+
 def speed_row(kind: str, name: str, records: list[RunRecord], memory_after_load: int | None, validated: bool,
-              ) -> dict[str, Any]:
+              warmup: int = 0) -> dict[str, Any]:
     """One row of the ModelZoo-style table: s/it and it/s (median step), end to end without load (median
-    round), the memory held once the model is loaded and the peak over the timed rounds.
+    round), the memory held once the model is loaded and the peak over the timed rounds; the row states how
+    it was measured (``rounds`` timed after ``warmup``) and the spread between its rounds (slowest over
+    fastest end to end; ``unsteady`` above :data:`SPREAD_FLAG`).
 
     ``kind``: baseline (every exact optimisation off), exact (the defaults), validated (the options this
     validation judged, when they are none of the others) or approximate (one opt-in on top of the defaults).
@@ -147,7 +154,9 @@ def speed_row(kind: str, name: str, records: list[RunRecord], memory_after_load:
                     if p.peak_device_bytes is not None]
     host_peaks = [p.peak_host_rss_bytes for rec in records for p in rec.phases.values()]
     s_per_it = steps["median"] if steps["n"] else None
-    return {"kind": kind, "name": name, "validated": validated, "rounds": len(records),
+    spread = totals["max"] / totals["min"] if totals["n"] > 1 and totals["min"] > 0 else None
+    return {"kind": kind, "name": name, "validated": validated, "rounds": len(records), "warmup": warmup,
+            "spread": spread, "unsteady": spread is not None and spread > SPREAD_FLAG,
             "s_per_it": s_per_it, "it_per_s": 1.0 / s_per_it if s_per_it else None,
             "end_to_end_s": totals["median"] if totals["n"] else None,
             "memory_after_load_bytes": memory_after_load,

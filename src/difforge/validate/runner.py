@@ -27,6 +27,7 @@ from ..config import RunConfig
 from ..devices import dtype_name
 from ..errors import DeviceOutOfMemoryError, DifforgeError, InputError
 from ..models.registry import resolve_model
+from ..runtime.progress import track
 from ..runtime.record import RunRecord
 from ..shapes.prompts import score as score_item
 from .bench import bench_rung, speed_row, speed_table
@@ -35,7 +36,7 @@ from .captured import Captured, capture_images, check_prompt_set, open_capture
 from .components import component_rung
 from .determinism import determinism_rung
 from .environment import fingerprint
-from .gallery import contact_sheet, pair, strip
+from .gallery import contact_sheet, label, pair, picture_steps, semantic_sheet, strip
 from .golden import Golden, Reduced, check_dtype_plan, check_settings, open_golden, refuse_reference_flags
 from .ladder import Ladder, short_error
 from .operators import operator_rung
@@ -464,8 +465,11 @@ class _Climb:
         of the defaults; the options this validation judged reuse the rung's own timed rounds."""
         lad, pipe = self.lad, self.dut.pipe
         rec_cfg = self.dut.record.config or {}
+        # the size the pictures came out at (a model folder's default when --height/--width were not given)
+        width, height = (self.smoke_images[0].size if self.smoke_images else
+                         (rec_cfg.get("width") or self.cfg0.width, rec_cfg.get("height") or self.cfg0.height))
         header = {"device": lad.dut_backend.device_name(), "dtype": dtype_name(lad.dut_dtype),
-                  "height": rec_cfg.get("height", self.cfg0.height), "width": rec_cfg.get("width", self.cfg0.width),
+                  "height": height, "width": width,
                   "steps": len(self.smoke_trace.inputs) or self.cfg0.steps, "batch": 1,
                   "rounds": lad.rounds, "warmup": lad.warmup}
         if not lad.o.speed_table:
@@ -485,8 +489,8 @@ class _Climb:
             given = " ".join(f"--{k} {','.join(v)}" for k, v in (("disable", self.cfg0.disable),
                                                                  ("fast", self.cfg0.fast)) if v)
             variants.insert(2, ("validated", given, self.cfg0))
-        # --quick: the pipeline is warm from the rung's own rounds; one timed round a row, no warm-up
-        warmup, rounds = (0, 1) if lad.quick else (lad.warmup, lad.rounds)
+        # every row is measured as the validated row is (its warm-up, then its timed rounds), so the rows compare
+        warmup, rounds = lad.warmup, lad.rounds
         header.update({"variant_rounds": rounds, "variant_warmup": warmup})
         rows = []
         for kind, name, cfg in variants:
@@ -503,7 +507,7 @@ class _Climb:
                     why = str(exc) if isinstance(exc, DifforgeError) else short_error(exc)
                     rows.append({"kind": kind, "name": name, "validated": False, "error": why})
                     continue
-            rows.append(speed_row(kind, name, recs, memory_after_load, validated))
+            rows.append(speed_row(kind, name, recs, memory_after_load, validated, warmup))
         return {"header": header, "rows": speed_table(rows)}
 
     def reference_runs(self) -> _RefRuns:
@@ -643,16 +647,17 @@ class _Climb:
                                                 "of the prompt set; validate without --golden to judge meaning")
             return
         items = list(pset.items[:QUICK_SEMANTIC] if lad.quick else pset.items)
-        t0 = self.prog.start(f"semantic rung ({len(items)} prompts)")
+        t0 = self.prog.start(self._semantic_cost(len(items)))
         if self.ref.pipe is None:
             self.rungs["semantic"] = _not_run("semantic", f"the reference could not be loaded ({self.ref.error})")
             self.prog.done(self.rungs["semantic"], t0)
             return
 
         def rung() -> RungResult:
-            scored, sheet = [], []
-            for item in items:
+            scored, sheet, sources = [], [], []
+            for item in track(items, total=len(items), description="semantic", quiet=self.o.quiet):
                 images = ([Image.fromarray(pset.source_image(item))] if pset.kind == "edit" else None)
+                sources.append(images[0] if images else None)
                 cfg = lad.dut_cfg(prompt=item.prompt)
                 if lad.quick and lad.o.steps is None:
                     # meaning is judged at the steps the model draws with: --quick's 4 steps make a
@@ -667,12 +672,28 @@ class _Climb:
                                      score_item(f_img, item) if f_img is not None else None))
                 sheet.append(d_img)
             rung = semantic_rung(scored, lad.floor_label)
-            path = lad.save_image(contact_sheet(sheet, [i.prompt for i in items]), "semantic_device.png")
+            path = lad.save_image(semantic_sheet(sheet, [i.prompt for i in items], sources, self.o.lang),
+                                  "semantic_device.png")
             rung.data["contact_sheet"] = path.name
             return rung
 
         self.rungs["semantic"] = _guard("semantic", rung)
         self.prog.done(self.rungs["semantic"], t0)
+
+    def _semantic_cost(self, n: int) -> str:
+        """The semantic stage's progress line: what it runs (it keeps the model's default steps under --quick,
+        so it is the longest stage of a quick validation) and, once the benchmark timed a step, about how long
+        the device's share takes."""
+        sides = 2 + (self.floor is not None and self.floor is not self.ref.pipe)
+        steps = (self.lad.o.steps if self.lad.o.steps is not None else
+                 getattr(self.lad.probe_type, "default_steps", None) if self.lad.quick else self.cfg0.steps)
+        line = f"semantic rung ({n} prompts x {sides} sides = {n * sides} runs"
+        line += f" at {steps} steps" if steps else " at the model's default steps"
+        bench = self.rungs.get("benchmark")
+        step_s = ((bench.data or {}).get("step") or {}).get("median") if bench is not None else None
+        if steps and step_s:
+            line += f"; the device's share about {n * steps * step_s:.0f} s"
+        return line + ")"
 
     def msprobe(self, runs: _RefRuns) -> dict[str, Any]:
         """msprobe dumps of the device's and the floor's step 0, and msprobe compare's table (see msprobe_view)."""
@@ -699,18 +720,22 @@ class _Climb:
                 r_img = (self.golden.gallery_image(k) if self.golden is not None
                          else lad.run(ref, lad.ref_cfg(cfg))[0][0])
             d_path = lad.save_image(d_img, f"gallery_{k}_device.png")
+            d_label = label(self.o.lang, "device", label=lad.dut_label)
+            r_label = label(self.o.lang, "reference", label=lad.ref_label)
             entry: dict[str, Any] = {"prompt": prompt, "device": d_path.name}
             if r_img is not None:
-                p_path = lad.save_image(pair(d_img, r_img, lad.dut_label, lad.ref_label), f"gallery_{k}_pair.png")
+                p_path = lad.save_image(pair(d_img, r_img, d_label, r_label), f"gallery_{k}_pair.png")
                 entry["pair"] = p_path.name
-                s_path = lad.save_image(strip(d_img, r_img, lad.dut_label, lad.ref_label,
-                                              lad.images[0] if lad.images else None), f"gallery_{k}_strip.png")
+                s_path = lad.save_image(strip(d_img, r_img, d_label, r_label, lad.images[0] if lad.images else None,
+                                              self.o.lang), f"gallery_{k}_strip.png")
                 entry["strip"] = s_path.name
             entries.append(entry)
             sheet_images.append(d_img)
         sheet = lad.save_image(contact_sheet(sheet_images, lad.prompts), "contact_sheet.png")
         return {"entries": entries, "contact_sheet": sheet.name, "device_label": lad.dut_label,
-                "reference_label": lad.ref_label, "inputs": [Path(p).name for p in lad.image_paths]}
+                "reference_label": lad.ref_label, "inputs": [Path(p).name for p in lad.image_paths],
+                **picture_steps(len(self.smoke_trace.inputs) or self.cfg0.steps,
+                                getattr(lad.probe_type, "default_steps", None), lad.quick and lad.o.steps is None)}
 
     def finish(self) -> ValidationResult:
         lad, data = self.lad, self.data
