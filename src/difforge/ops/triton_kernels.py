@@ -111,10 +111,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     out = torch.empty(x.shape, dtype=torch.result_type(x, weight), device=x.device)
     col_block = _pow2(cols)
     per = _rows_per_program(col_block, rows)
-    # torch's mean multiplies the sum by (outputs / inputs), computed in float32
-    inv_cols = float(torch.tensor(rows, dtype=torch.float32) / torch.tensor(rows * cols, dtype=torch.float32))
+    # torch's CUDA mean multiplies the sum by 1/cols (exact for URSA's power-of-two widths)
     _rms_norm_kernel[(triton.cdiv(rows, per),)](
-        x2, weight.contiguous(), out, rows, cols, inv_cols, float(eps),
+        x2, weight.contiguous(), out, rows, cols, 1.0 / cols, float(eps),
         ROWS=per, COLS=col_block, PRECISE=not INTERPRETED, **_NO_FMA,
     )
     return out
