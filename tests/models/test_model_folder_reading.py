@@ -300,3 +300,20 @@ def test_qwen_config_values_are_checked_at_load(case: str, tmp_path: Path, in_pn
     edit_json(folder / file, lambda c: c.update(change))
     err = one_line_error(edit(folder, in_png, tmp_path), str(folder / file), needle)
     assert "--height" not in err  # the folder is at fault, not the size asked for
+
+
+def test_a_processor_that_enlarges_every_image_is_named_not_the_size(tmp_path: Path, in_png: Path, available) -> None:
+    """B2: when the processor's min_pixels, not --height/--width, makes the encoder's images too large to fit."""
+    folder = copy_model("tiny-qwen-edit", tmp_path)
+    big = 1 << 20
+    for name in ("preprocessor_config.json", "video_preprocessor_config.json"):
+        edit_json(folder / "processor" / name, lambda c: c.update(
+            min_pixels=big, max_pixels=big, size={"shortest_edge": big, "longest_edge": big}))
+    available(1 << 20)  # nothing fits: the hint is what is tested
+    plain = one_line_error(edit(copy_model("tiny-qwen-edit", tmp_path / "plain"), in_png, tmp_path))
+    assert "reduce --height/--width" in plain and "min_pixels" not in plain
+    err = one_line_error(edit(folder, in_png, tmp_path), "min_pixels 1048576", str(folder / "processor"))
+    assert "reduce --height" not in err
+    too_big = 1 << 21
+    edit_json(folder / "processor" / "preprocessor_config.json", lambda c: c.update(min_pixels=too_big))
+    one_line_error(edit(folder, in_png, tmp_path), "'min_pixels' must be between 1 and 1048576")

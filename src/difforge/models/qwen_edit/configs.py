@@ -19,7 +19,13 @@ from ...errors import CheckpointError
 from ..checkpoint import Bool, Choice, Int, Items, Num, OrNull, Token, check_values, read_json, shown
 
 _SIZE = Int(1, 1 << 16)
-_PIXELS = Int(1, 1 << 30)
+#: A processor's pixel bounds: every reference image is resized into them whatever --height/--width say,
+#: so they decide the vision encoder's work alone.  The published Qwen2.5-VL allows 12845056 pixels
+#: (16384 patches of 28 x 28); 2^24 leaves room and no more (2^28 made one edit hold 7.4 GB after 10 min).
+_PIXELS = Int(1, 1 << 24)
+#: The least pixels enlarge every image, however small: the published value is 3136 (56 x 56); 2^20 (1024 x 1024)
+#: is the most any edit needs.  (A memory estimate that still does not fit names this value, not the size.)
+_LEAST_PIXELS = Int(1, 1 << 20)
 
 TRANSFORMER_RULES: dict[str, Any] = {
     "patch_size": Int(1, 16),
@@ -66,9 +72,9 @@ PROCESSOR_RULES: dict[str, Any] = {
     "patch_size": Int(1, 64),
     "merge_size": Int(1, 16),
     "temporal_patch_size": Int(1, 16),
-    "min_pixels": _PIXELS,
+    "min_pixels": _LEAST_PIXELS,
     "max_pixels": _PIXELS,
-    "shortest_edge": _PIXELS,
+    "shortest_edge": _LEAST_PIXELS,
     "longest_edge": _PIXELS,
     "image_mean": Items(Num(-1e3, 1e3), length=3),
     "image_std": Items(Num(0, 1e3, open_low=True), length=3),

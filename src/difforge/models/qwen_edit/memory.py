@@ -588,6 +588,22 @@ def _skipped(what: str, backend: Backend, exc: Exception, record: RunRecord | No
         record.extra.setdefault("memory_estimate", {})[key] = est.to_dict()
 
 
+def _processor_fault(folder: Path, processor: dict[str, Any], settings: Any, plus: bool) -> str | None:
+    """The hint when the processor config, not the size asked for, sets how large the encoder's images are.
+
+    The pipeline hands the vision-language encoder each reference at ``condition_area`` (Plus) or
+    ``reference_area`` pixels; a processor ``min_pixels`` above that enlarges every one of them
+    whatever --height/--width say, so "reduce --height/--width" would send the user the wrong way.
+    """
+    seen = settings.condition_area if plus else settings.reference_area
+    least = int(processor["min_pixels"])
+    if least <= seen:
+        return None
+    return (f"the processor config in {folder / 'processor'} sets min_pixels {least}, which enlarges every reference"
+            f" image the text encoder sees to at least that many pixels whatever --height/--width say; lower it (the"
+            f" published model uses {VISION_DEFAULTS['min_pixels']})")
+
+
 def _name(cfg: RunConfig, folder: Path) -> str:
     return Path(cfg.model).name or folder.name
 
@@ -626,8 +642,9 @@ def check_load_memory(folder: Path, backend: Backend | None, dtype: torch.dtype,
                                     backend.attention_materialises_scores, w.fp8_layer)
 
         fp8 = "" if transformer_file else ", use an fp8 --transformer file"
-        fallback = ("reduce --height/--width or use a machine with more memory" if on_cpu else
-                    f"reduce --height/--width{fp8} or use a device with more memory")
+        fallback = _processor_fault(folder, processor, settings, plus) or (
+            "reduce --height/--width or use a machine with more memory" if on_cpu else
+            f"reduce --height/--width{fp8} or use a device with more memory")
         estimate, hint = _estimate(f"{what} at {_size_text(shapes)}", backend, w, parts_for, cfg.offload,
                                    bool(cfg.vae_tiling), 0, fallback)
     except DifforgeError:
@@ -674,8 +691,8 @@ def check_call_memory(pipe: LoadedEdit, cfg: RunConfig, images: list[PIL.Image.I
                                     tiling_settings(p.vae) if tiling else None,
                                     pipe.backend.attention_materialises_scores, w.fp8_layer)
 
-        estimate, hint = _estimate(what, pipe.backend, w, parts_for, pipe.offload, pipe.vae_tiling, resident,
-                                   "reduce --height/--width")
+        fallback = _processor_fault(pipe.folder, processor, pipe.settings, pipe.plus) or "reduce --height/--width"
+        estimate, hint = _estimate(what, pipe.backend, w, parts_for, pipe.offload, pipe.vae_tiling, resident, fallback)
     except DifforgeError:
         raise
     except Exception as exc:  # never let the estimate itself break a run that might fit
