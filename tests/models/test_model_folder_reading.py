@@ -317,3 +317,11 @@ def test_a_processor_that_enlarges_every_image_is_named_not_the_size(tmp_path: P
     too_big = 1 << 21
     edit_json(folder / "processor" / "preprocessor_config.json", lambda c: c.update(min_pixels=too_big))
     one_line_error(edit(folder, in_png, tmp_path), "'min_pixels' must be between 1 and 1048576")
+
+
+@pytest.mark.parametrize("area", [10**12, 512, "4096", True])
+def test_qwen_settings_areas_are_bounded(area: object, tmp_path: Path, in_png: Path) -> None:
+    """A folder's difforge.json resizes every reference image to its areas: 10^12 would allocate without bound."""
+    folder = copy_model("tiny-qwen-edit", tmp_path)
+    edit_json(folder / "difforge.json", lambda c: c.update(reference_area=area))
+    one_line_error(edit(folder, in_png, tmp_path), "difforge.json", "'reference_area' must be an integer area")

@@ -130,3 +130,38 @@ def test_sizes_read_as_people_write_them() -> None:
     assert describe_size(16 << 20) == "16 MB"
     assert describe_size(1536) == "1.5 KB"
     assert describe_size(300) == "300 bytes"
+
+
+def test_check_file_holds_files_a_library_opens_to_the_same_rule(tmp_path: Path) -> None:
+    from difforge.runtime.reading import check_file
+
+    root = tmp_path / "model"
+    root.mkdir()
+    good = root / "w.safetensors"
+    good.write_bytes(b"x" * 10)
+    assert check_file(good, what="w", root=root) == good.resolve()
+    with pytest.raises(CheckpointError, match="larger than 8 bytes"):
+        check_file(good, what="w", root=root, limit=8)
+    os.mkfifo(root / "f")
+    with pytest.raises(CheckpointError, match="is a FIFO"):
+        check_file(root / "f", what="f", root=root)
+    outside = tmp_path / "elsewhere.safetensors"
+    outside.write_bytes(b"y")
+    (root / "link.safetensors").symlink_to(outside)
+    with pytest.raises(CheckpointError, match="outside"):
+        check_file(root / "link.safetensors", what="link", root=root)
+
+
+def test_open_file_gives_a_seekable_handle_on_the_checked_file(tmp_path: Path) -> None:
+    from difforge.runtime.reading import open_file
+
+    path = tmp_path / "a.bin"
+    path.write_bytes(b"0123456789")
+    with open_file(path, what="a.bin", root=tmp_path) as fh:
+        fh.seek(5)
+        assert fh.read() == b"56789"
+    with pytest.raises(CheckpointError, match="larger than 4 bytes"):
+        open_file(path, what="a.bin", limit=4)
+    os.mkfifo(tmp_path / "f")
+    with pytest.raises(CheckpointError, match="is a FIFO"):
+        open_file(tmp_path / "f", what="f")

@@ -13,9 +13,13 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from ...errors import CheckpointError
-from ..checkpoint import SETTINGS_FILE, read_settings
+from ..checkpoint import SETTINGS_FILE, read_settings, shown
 
 __all__ = ["SETTINGS_FILE", "EditSettings"]
+
+#: The largest area a setting may name: 4096 x 4096, four times the published models' 1024 x 1024 (every
+#: reference image is resized to these areas, so 10^12 would allocate without bound).
+MAX_AREA = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,9 @@ class EditSettings:
         for key, value in data.items():
             if key not in known:
                 continue
-            if not isinstance(value, int) or isinstance(value, bool) or value < 32 * 32:
-                raise CheckpointError(f"{path}: '{key}' must be an integer area of at least 1024 pixels.")
+            if not isinstance(value, int) or isinstance(value, bool) or not 32 * 32 <= value <= MAX_AREA:
+                raise CheckpointError(
+                    f"{path}: '{key}' must be an integer area from 1024 to {MAX_AREA} pixels, got {shown(value)}."
+                )
             values[key] = value
         return cls(**values)
