@@ -325,3 +325,52 @@ def test_qwen_settings_areas_are_bounded(area: object, tmp_path: Path, in_png: P
     folder = copy_model("tiny-qwen-edit", tmp_path)
     edit_json(folder / "difforge.json", lambda c: c.update(reference_area=area))
     one_line_error(edit(folder, in_png, tmp_path), "difforge.json", "'reference_area' must be an integer area")
+
+
+# ---- S4: weight identity follows links ----------------------------------------------------------------
+
+
+def test_a_transformer_swapped_behind_a_link_is_other_weights(tmp_path: Path) -> None:
+    """A golden bundle made with ``transformer -> store/a`` refuses (exit 2) the folder re-pointed at ``store/b``."""
+    from safetensors.torch import load_file, save_file
+
+    folder = copy_model("tiny-ursa", tmp_path)
+    store = folder / "store"
+    store.mkdir()
+    shutil.move(folder / "transformer", store / "a")
+    shutil.copytree(store / "a", store / "b")
+    weights = store / "b" / WEIGHTS
+    tensors = load_file(str(weights))
+    name = next(k for k in sorted(tensors) if tensors[k].is_floating_point())
+    tensors[name] = tensors[name] + 0.01
+    save_file(tensors, str(weights))
+    (folder / "transformer").symlink_to(Path("store") / "a", target_is_directory=True)
+    size = ["--height", "64", "--width", "64", "--quick", "--quiet"]
+    golden = tmp_path / "golden"
+    res, _ = _cli("golden", "--model", str(folder), "--dtype", "bfloat16", *size, "--out", str(golden), timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    (folder / "transformer").unlink()
+    (folder / "transformer").symlink_to(Path("store") / "b", target_is_directory=True)
+    report = tmp_path / "report"
+    res, _ = _cli("validate", "--model", str(folder), "--device", "cpu", "--dtype", "bfloat16", "--rounds", "1",
+                  "--warmup", "0", "--no-speed-table", *size, "--golden", str(golden), "--out", str(report), timeout=600)
+    _one_line(res, "other weights", f"transformer/{WEIGHTS} differs")
+    assert not report.exists()
+
+
+def test_the_folder_walk_ends_on_loops_and_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from difforge.models import checkpoint
+
+    model = tmp_path / "m"
+    (model / "sub").mkdir(parents=True)
+    (model / "sub" / "up").symlink_to(model, target_is_directory=True)  # a loop ends where it began
+    checkpoint.check_tree(model)
+    monkeypatch.setattr(checkpoint, "MAX_FOLDER_ENTRIES", 1000)
+    levels = [model / f"l{i}" for i in range(12)]
+    for level in levels:
+        level.mkdir()
+    for here, below in zip(levels, levels[1:], strict=False):
+        for name in ("x", "y"):
+            (here / name).symlink_to(below, target_is_directory=True)
+    with pytest.raises(CheckpointError, match="more than 1000 entries"):
+        checkpoint.check_tree(model)

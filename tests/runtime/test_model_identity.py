@@ -77,3 +77,28 @@ def test_weight_hashes_use_the_identity_rule(tmp_path: Path) -> None:
     (model / ".h" / "w.safetensors").write_bytes(b"x")
     assert weight_hashes(model) == {".h/w.safetensors": _sha(b"x")}
     assert "has no file .h/w.safetensors" in str(first_difference(weight_hashes(model), {}))
+
+
+def test_a_folder_reached_twice_counts_under_both_paths(tmp_path: Path) -> None:
+    model = tmp_path / "m"
+    (model / "store" / "a").mkdir(parents=True)
+    (model / "store" / "a" / "w.safetensors").write_bytes(b"w")
+    (model / "transformer").symlink_to(Path("store") / "a", target_is_directory=True)
+    assert set(model_file_hashes(model)) == {"store/a/w.safetensors", "transformer/w.safetensors"}
+
+
+def test_paths_multiplied_by_links_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each level links twice to the next: 2^n paths from n folders, refused past the bound, not walked for hours."""
+    from difforge.errors import CheckpointError
+    from difforge.runtime import hashes
+
+    monkeypatch.setattr(hashes, "MAX_ENTRIES", 1000)
+    model = tmp_path / "m"
+    levels = [model / f"l{i}" for i in range(12)]
+    for level in levels:
+        level.mkdir(parents=True)
+    for here, below in zip(levels, levels[1:], strict=False):
+        for name in ("x", "y"):
+            (here / name).symlink_to(below, target_is_directory=True)
+    with pytest.raises(CheckpointError, match="more than 1000 entries"):
+        model_file_hashes(model)

@@ -258,11 +258,10 @@ def check_tree(folder: Path) -> None:
     """
     folder = Path(folder)
     roots = model_roots(folder)
-    seen: set[Path] = {roots[0]}
-    stack = [folder]
+    stack: list[tuple[Path, frozenset[Path]]] = [(folder, frozenset({roots[0]}))]
     count = 0
     while stack:
-        current = stack.pop()
+        current, above = stack.pop()
         try:
             entries = sorted(os.scandir(current), key=lambda e: e.name)
         except OSError as exc:
@@ -270,7 +269,8 @@ def check_tree(folder: Path) -> None:
         for entry in entries:
             count += 1
             if count > MAX_FOLDER_ENTRIES:
-                raise CheckpointError(f"{folder} holds more than {MAX_FOLDER_ENTRIES} entries; it is not a model folder.")
+                raise CheckpointError(f"{folder} holds more than {MAX_FOLDER_ENTRIES} entries (counting every path"
+                                      " through its links); it is not a model folder.")
             path = Path(entry.path)
             real = resolve_inside(folder, path, str(path), CheckpointError, also=roots[1:])
             try:
@@ -278,9 +278,8 @@ def check_tree(folder: Path) -> None:
             except OSError as exc:
                 raise CheckpointError(f"{path} cannot be read ({exc.strerror or exc}).") from None
             if stat.S_ISDIR(st.st_mode):
-                if entry.name not in SKIPPED_FOLDERS and real not in seen:
-                    seen.add(real)
-                    stack.append(path)
+                if entry.name not in SKIPPED_FOLDERS and real not in above:  # a link to a folder above: a loop
+                    stack.append((path, above | {real}))
                 continue
             if not stat.S_ISREG(st.st_mode):
                 check_file(path, what=str(path), error=CheckpointError)  # says what it is (FIFO, device, socket)

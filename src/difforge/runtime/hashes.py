@@ -15,6 +15,7 @@ import posixpath
 import stat
 from pathlib import Path
 
+from ..errors import CheckpointError
 from .atomic import atomic_write_text
 from .reading import read_bytes
 from .record import sha256_file
@@ -79,19 +80,20 @@ def model_file_hashes(folder: str | Path) -> dict[str, str]:
 
     Every link is followed (a component folder or a weights file behind a link counts as what it
     points to, so swapping the file behind a link changes the identity), hidden files and folders
-    count (a shard ``.h/w.safetensors`` is weights like any other), and a link loop or a folder
-    reached twice is walked once.  Only regular files are hashed (the loaders refuse anything
-    else).  Download bookkeeping (:data:`BOOKKEEPING`) is left out unless a shard index
+    count (a shard ``.h/w.safetensors`` is weights like any other), a folder reached by two paths
+    counts under both (so which path a loader takes cannot matter), and a link back to a folder
+    above ends there.  Only regular files are hashed (the loaders refuse anything else); a folder
+    whose paths through its links number over :data:`MAX_ENTRIES` is refused, as the loaders
+    refuse it.  Download bookkeeping (:data:`BOOKKEEPING`) is left out unless a shard index
     (``*.index.json``) names a file there.
     """
     root = Path(folder)
     out: dict[str, str] = {}
     indexes: list[tuple[Path, str]] = []
-    seen = {root.resolve()}
-    stack: list[tuple[Path, str]] = [(root, "")]
+    stack: list[tuple[Path, str, frozenset[Path]]] = [(root, "", frozenset({root.resolve()}))]
     count = 0
     while stack:
-        current, prefix = stack.pop()
+        current, prefix, above = stack.pop()
         try:
             entries = sorted(os.scandir(current), key=lambda e: e.name)
         except OSError:
@@ -99,7 +101,8 @@ def model_file_hashes(folder: str | Path) -> dict[str, str]:
         for entry in entries:
             count += 1
             if count > MAX_ENTRIES:
-                return out
+                raise CheckpointError(f"{root} holds more than {MAX_ENTRIES} entries (counting every path through its"
+                                      " links); it is not a model folder.")
             rel = f"{prefix}{entry.name}"
             try:
                 st = os.stat(entry.path)
@@ -107,9 +110,8 @@ def model_file_hashes(folder: str | Path) -> dict[str, str]:
                 continue  # a dangling link or a loop: nothing to hash, the loaders refuse it
             if stat.S_ISDIR(st.st_mode):
                 real = Path(entry.path).resolve()
-                if real not in seen:
-                    seen.add(real)
-                    stack.append((Path(entry.path), f"{rel}/"))
+                if real not in above:  # a link back to a folder above would never end
+                    stack.append((Path(entry.path), f"{rel}/", above | {real}))
                 continue
             if not stat.S_ISREG(st.st_mode):
                 continue
