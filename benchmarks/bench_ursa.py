@@ -507,6 +507,16 @@ def time_reference(pipe: URSAPipeline, latent: tuple[int, int, int], args: argpa
             "tokens": runs[-1][1].reshape(-1).to(torch.int64).cpu()}
 
 
+def compare_tokens(results: list[BenchResult], tokens: dict[str, torch.Tensor]) -> None:
+    """Each variant's tokens against the baseline's (the first) and a compiled one's against its eager twin."""
+    base = results[0]
+    for r in results:
+        r.extra["tokens_equal_baseline"] = bool(torch.equal(tokens[r.name], tokens[base.name]))
+        eager = r.name.removesuffix(" + compile")  # a compiled variant against its eager twin (same stream)
+        r.extra["tokens_equal_eager"] = (bool(torch.equal(tokens[r.name], tokens[eager]))
+                                         if eager != r.name and eager in tokens else None)
+
+
 def variants(args: argparse.Namespace, backend: Backend) -> list[Variant]:
     exact_off = tuple(n for n in EXACT_OPTIMISATIONS if n != PHILOX_RNG)  # the stream stays the backend's
     out = [Variant("baseline (exact opts off, eager)", disable=exact_off), Variant("optimised (exact)")]
@@ -591,16 +601,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     results: list[BenchResult] = []
     tokens: dict[str, torch.Tensor] = {}
+    head = {
+        "benchmark": "ursa", "size": size.name, "res": res, "dtype": str(dtype).removeprefix("torch."),
+        "device": str(backend.device), "device_name": backend.device_name(), "steps": args.steps,
+        "guidance": args.guidance, "guidance_trunc": args.guidance_trunc, "warmup": args.warmup,
+        "repeat": args.repeat, "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "build_s": build_s, "flops": flops_info,
+    }
     for variant in variants(args, backend):
         result, toks = run_variant(pipe, variant, latent, args)
         results.append(result)
         tokens[variant.name] = toks
+        compare_tokens(results, tokens)
+        # each finished variant on disk at once: a run stopped at its time cap keeps what it measured
+        write_json(args.json, {**head, "partial": True, "baseline": results[0].name, "reference": [],
+                               "results": [replace(r) for r in results]})
     base = results[0]
     for r in results:
-        r.extra["tokens_equal_baseline"] = bool(torch.equal(tokens[r.name], tokens[base.name]))
-        eager = r.name.removesuffix(" + compile")  # a compiled variant against its eager twin (same stream)
-        r.extra["tokens_equal_eager"] = (bool(torch.equal(tokens[r.name], tokens[eager]))
-                                         if eager != r.name and eager in tokens else None)
         r.notes = "exact" if r.notes == "exact" else (
             "another random stream (exact in distribution)" if r.extra["random_stream"] != base.extra["random_stream"]
             else r.notes)
@@ -636,18 +653,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             ref["tokens_equal_baseline"] = bool(torch.equal(ref_tokens, tokens[base.name].reshape(-1)))
             ref["ratios"] = {r.name: ref["ms_per_step"] / r.ms_per_step for r in results}
             references.append(ref)
+            write_json(args.json, {**head, "partial": True, "baseline": base.name, "reference": references,
+                                   "results": [replace(r) for r in results]})
             print(f"  {label}: {ref['ms_per_step']:.1f} ms/step (from {ref['from']}; weights not copied: "
                   f"{len(ref['weights_not_copied'])}; tokens equal to the baseline's: {ref['tokens_equal_baseline']})")
             for r in results:
                 print(f"    {r.name:<34} {ref['ratios'][r.name]:.2f}x the reference's speed")
-    payload = {
-        "benchmark": "ursa", "size": size.name, "res": res, "dtype": str(dtype).removeprefix("torch."),
-        "device": str(backend.device), "device_name": backend.device_name(), "steps": args.steps,
-        "guidance": args.guidance, "guidance_trunc": args.guidance_trunc, "warmup": args.warmup,
-        "repeat": args.repeat, "torch": torch.__version__, "threads": torch.get_num_threads(),
-        "build_s": build_s, "baseline": base.name, "reference": references, "flops": flops_info,
-        "results": [replace(r) for r in results],
-    }
+    payload = {**head, "baseline": base.name, "reference": references, "results": [replace(r) for r in results]}
     write_json(args.json, payload)
     return payload
 

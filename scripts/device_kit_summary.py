@@ -57,6 +57,8 @@ def ursa_section(name: str, data: dict[str, Any]) -> list[str]:
              f"(`{name}`)" + (f" — goal by default ≤ {goal:g} ms/step" if goal else ""), "",
              "| variant | ms/step | vs baseline | tokens = baseline | tokens = eager twin | peak GiB | notes |",
              "| --- | ---: | ---: | --- | --- | ---: | --- |"]
+    if data.get("partial"):
+        lines[1:1] = ["", "Partial: the run stopped (its cap) after the rows below; the rest was not measured."]
     for r in rows:
         x = r["extra"]
         lines.append(f"| {r['name']} | {_ms(r['ms_per_step'])} | {base / r['ms_per_step']:.2f}× | "

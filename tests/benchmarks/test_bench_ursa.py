@@ -127,3 +127,23 @@ def test_no_host_stream_leaves_the_host_drawn_variant_out_on_an_accelerator() ->
     with_host = [v.name for v in bench.variants(bench.parse_args(["--tiny", "--compile"]), backend)]
     without = [v.name for v in bench.variants(bench.parse_args(["--tiny", "--compile", "--no-host-stream"]), backend)]
     assert "optimised, reference stream" in with_host and without == [n for n in with_host if "reference stream" not in n]
+
+
+def test_a_run_stopped_midway_leaves_the_variants_it_finished(tmp_path: Path, monkeypatch) -> None:
+    """Each finished variant is written at once (``partial``): a step stopped at its time cap keeps its rows."""
+    out = tmp_path / "ursa.json"
+    real = bench.run_variant
+    done = []
+
+    def second_one_dies(*a, **k):
+        if done:
+            raise KeyboardInterrupt  # what a timeout's signal does to the run, between two variants
+        done.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(bench, "run_variant", second_one_dies)
+    with pytest.raises(KeyboardInterrupt):
+        bench.main(["--tiny", "--steps", "2", "--warmup", "0", "--no-reference", "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert data["partial"] and [r["name"] for r in data["results"]] == ["baseline (exact opts off, eager)"]
+    assert data["results"][0]["extra"]["tokens_equal_baseline"] and data["benchmark"] == "ursa"

@@ -107,3 +107,13 @@ def test_the_reference_rows_and_ratios_are_printed(summary_mod) -> None:
     text = "\n".join(summary_mod.ursa_section("ursa512", data))
     assert "| **diffnext, eager** (same process) | 44.0 |" in text
     assert "optimised (exact) **1.10×**" in text and "baseline (exact opts off, eager) **0.80×**" in text
+
+
+def test_a_partial_run_is_said_to_be_partial(summary_mod) -> None:
+    data = {"benchmark": "ursa", "size": "full", "res": 1024, "dtype": "float16", "guidance": 7.0, "steps": 4,
+            "partial": True, "reference": [],
+            "results": [{"name": "baseline (exact opts off, eager)", "ms_per_step": 120.0, "notes": "exact",
+                         "extra": {"tokens_equal_baseline": True}}]}
+    text = "\n".join(summary_mod.ursa_section("ursa1024", data))
+    assert "Partial: the run stopped" in text and "goal by default ≤ 55 ms/step" in text
+    assert "Partial" not in "\n".join(summary_mod.ursa_section("ursa1024", {**data, "partial": False}))
