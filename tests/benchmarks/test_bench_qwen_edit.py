@@ -76,4 +76,4 @@ def test_the_pipeline_row_times_diffusers_own_call_step_by_step() -> None:
     times, _ = bench_qwen_edit.time_diffusers_pipeline(model, size, p, CPUBackend(), warmup=1, steps=2)
     assert len(times) == 2 and all(t > 0 for t in times)
     assert len(calls) == 2 * (1 + 2)
-    assert plus.VAE_IMAGE_SIZE == before
+    assert before == plus.VAE_IMAGE_SIZE
