@@ -113,3 +113,16 @@ def test_rms_norm_promotes_like_torch(tk: ModuleType) -> None:
     got, plain = tk.rms_norm(x, w, 1e-5), norm.rms_norm(x, w, 1e-5)
     assert got.dtype == plain.dtype == torch.float32
     torch.testing.assert_close(got, plain, rtol=2**-7, atol=1e-6)
+
+
+def test_a_compiled_region_traces_the_plain_formulas(tk: ModuleType) -> None:
+    """Under torch.compile the ops trace the plain path (Inductor fuses it); the kernel here differs from it in
+    float32 (the interpreter's exp), so the traced result shows which one ran."""
+    g, u = randn(64, 96, scale=6.0, seed=15), randn(64, 96, seed=16)
+    x, w = randn(8, 96, scale=3.0, seed=17), randn(96, seed=18)
+    plain = activation.swiglu(g, u)
+    assert not torch.equal(tk.swiglu(g, u), plain)
+    torch._dynamo.reset()
+    assert torch.equal(torch.compile(tk.swiglu, backend="eager", fullgraph=True)(g, u), plain)
+    assert torch.equal(torch.compile(tk.rms_norm, backend="eager", fullgraph=True)(x, w, 1e-6), norm.rms_norm(x, w, 1e-6))
+    torch._dynamo.reset()
