@@ -26,7 +26,10 @@ def fake_bundle(folder: Path, fmt: str) -> dict[str, bytes]:
         f.default, int | str | float | bool | None)}
     options = {**defaults, "device": "cpu", "dtype": "float32", "fast": [], "disable": [], "extra_seeds": []}
     folder.mkdir(parents=True)
-    manifest = json.dumps({"format": fmt, "format_version": 1, "model": "tiny-ursa", "options": options}).encode()
+    manifest = json.dumps({
+        "format": fmt, "format_version": 1, "difforge": "0.1.0", "model": "tiny-ursa", "options": options,
+        "weights": {}, "inputs": {"prompts": [], "images": [], "synthetic": True}, "dtype_plan": {},
+        "device": {"label": "cpu bfloat16", "device": "cpu", "dtype": "bfloat16", "random_stream": "cpu"}}).encode()
     (folder / "manifest.json").write_bytes(manifest)
     sums = f"{hashlib.sha256(manifest).hexdigest()}  manifest.json\n".encode()
     (folder / "SHA256SUMS").write_bytes(sums)

@@ -36,6 +36,15 @@ from ..runtime.atomic import atomic_save
 from ..runtime.hashes import file_sha256, model_file_hashes
 from ..runtime.record import sha256_file
 from ..version import __version__
+from .schema import (
+    CAPTURE_DATA,
+    CAPTURE_MANIFEST,
+    GOLDEN_DATA,
+    GOLDEN_MANIFEST,
+    SchemaError,
+    check,
+    referenced_files,
+)
 
 FORMAT = "difforge-golden"
 #: The device-under-test half of a validation (``difforge capture``, :mod:`.capture`): the same layout.
@@ -172,19 +181,35 @@ def pack(value: Any, key: str, tensors: dict[str, torch.Tensor],
     raise TypeError(f"cannot store a {type(value).__name__} at {key}")
 
 
-def unpack(obj: Any, tensors: dict[str, torch.Tensor]) -> Any:
+#: How deep a bundle's stored structure may nest (the writers nest a few levels; JSON allows ~1000).
+MAX_DEPTH = 64
+
+
+def unpack(obj: Any, tensors: dict[str, torch.Tensor], depth: int = 0) -> Any:
+    """``pack``'s JSON back into values, each ``{"__tensor__": name}`` replaced by that tensor.
+
+    A structure that is not ``pack``'s (a name the tensors file lacks, a list where an object belongs, nesting past
+    :data:`MAX_DEPTH`) is a ValueError naming it: :func:`open_bundle` turns it into one GoldenError line."""
+    if depth > MAX_DEPTH:
+        raise ValueError(f"it nests deeper than {MAX_DEPTH} levels")
     if isinstance(obj, dict):
         if "__tensor__" in obj:
-            return tensors[obj["__tensor__"]]
+            name = obj["__tensor__"]
+            if not isinstance(name, str) or name not in tensors:
+                raise ValueError(f"it names a tensor {str(name)[:60]!r} that {TENSORS} does not hold")
+            return tensors[name]
+        for tag, kind in (("__dict__", dict), ("__list__", list), ("__tuple__", list)):
+            if tag in obj and not isinstance(obj[tag], kind):
+                raise ValueError(f"a {tag} holds {type(obj[tag]).__name__}, not {kind.__name__}")
         if "__dict__" in obj:
-            return {k: unpack(v, tensors) for k, v in obj["__dict__"].items()}
+            return {k: unpack(v, tensors, depth + 1) for k, v in obj["__dict__"].items()}
         if "__list__" in obj:
-            return [unpack(v, tensors) for v in obj["__list__"]]
+            return [unpack(v, tensors, depth + 1) for v in obj["__list__"]]
         if "__tuple__" in obj:
-            return tuple(unpack(v, tensors) for v in obj["__tuple__"])
-        return {k: unpack(v, tensors) for k, v in obj.items()}  # the bundle's own plain structure
+            return tuple(unpack(v, tensors, depth + 1) for v in obj["__tuple__"])
+        return {k: unpack(v, tensors, depth + 1) for k, v in obj.items()}  # the bundle's own plain structure
     if isinstance(obj, list):
-        return [unpack(v, tensors) for v in obj]
+        return [unpack(v, tensors, depth + 1) for v in obj]
     return obj
 
 
@@ -319,8 +344,13 @@ class Bundle:
     """A verified bundle: :func:`open_bundle` checked every file's hash, the format and the version."""
 
     def __init__(self, folder: Path, manifest: dict[str, Any], data: dict[str, Any],
-                 tensors: dict[str, torch.Tensor], digest: str = "", digest_checked: bool = False) -> None:
+                 tensors: dict[str, torch.Tensor], digest: str = "", digest_checked: bool = False,
+                 listed: set[str] | None = None) -> None:
         self.folder = folder
+        #: The files SHA256SUMS lists (verified): the only names :meth:`path` hands out (None: not restricted).
+        self.listed = listed
+        #: The flag that named the bundle (``--golden``, ``--capture``), for messages.
+        self.flag = "--golden"
         #: sha256 of the SHA256SUMS this bundle was verified with (:func:`bundle_digest`), and whether the user
         #: gave the same digest from outside the bundle (``--golden-digest``).
         self.digest = digest
@@ -331,10 +361,18 @@ class Bundle:
         self.reducer = Reducer(self.data.get("plans", {}), frozen=True, limits=self.data.get("reducer"))
 
     def path(self, name: str) -> Path:
-        return self.folder / name
+        """The file (or folder of files) ``name`` of this bundle: one it lists and verified, inside it after every
+        link; a name from ``data.json`` or the manifest that is not (``/etc/passwd``, ``../x``) is a GoldenError."""
+        from ..runtime.reading import resolve_inside
+
+        if self.listed is not None and not _holds(self.listed, name):
+            raise GoldenError(f"the bundle {self.folder} names {str(name)[:80]!r}, a file it does not hold; make the "
+                              "bundle again.")
+        return resolve_inside(self.folder, self.folder / name, f"{str(name)[:80]!r} of the bundle {self.folder}",
+                              error=GoldenError)
 
     def image(self, name: str) -> Image.Image:
-        with Image.open(self.folder / name) as img:
+        with Image.open(self.path(name)) as img:
             return img.convert("RGB")
 
     def images(self, names: list[str]) -> list[Image.Image]:
@@ -404,6 +442,33 @@ def identity_note(bundle: Bundle, flag: str) -> str | None:
             f"would pass too; its digest is {bundle.digest}")
 
 
+def _holds(listed: set[str], name: Any) -> bool:
+    """``name`` is a listed file, or a folder of listed files (an msprobe dump)."""
+    if not isinstance(name, str) or not name or Path(name).is_absolute() or ".." in Path(name).parts:
+        return False
+    return name in listed or any(n.startswith(name.rstrip("/") + "/") for n in listed)
+
+
+#: Most bytes of a bundle's manifest.json and data.json (the tensors are in tensors.safetensors).
+MAX_MANIFEST_BYTES = 16 << 20
+MAX_DATA_BYTES = 512 << 20
+
+
+def _read_json(root: Path, name: str, limit: int, flag: str) -> Any:
+    """A bundle's JSON file by the one reading rule (a regular file inside the bundle, size-capped)."""
+    from ..runtime.reading import read_text
+
+    text = read_text(root / name, limit=limit, what=f"{flag} {root}: {name}", error=GoldenError, root=root)
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise GoldenError(f"{flag} {root}: {name} is not JSON ({' '.join(str(exc).split())[:100]}); make the bundle "
+                          "again.") from None
+    except RecursionError:
+        raise GoldenError(f"{flag} {root}: {name} is nested too deeply to be a bundle's; make the bundle "
+                          "again.") from None
+
+
 def _files(folder: Path) -> Iterator[str]:
     for path in folder.rglob("*"):
         if path.is_file() or path.is_symlink():
@@ -437,18 +502,17 @@ def open_bundle(folder: str | Path, fmt: str = FORMAT, flag: str = "--golden", m
     if extra:
         raise GoldenError(f"{flag} {root} holds a file the bundle does not list ({extra[0]}): it was changed "
                           f"after '{maker}' wrote it; make the bundle again.")
+    from ..runtime.reading import resolve_inside
+
     for name, want in sorted(listed.items()):
         path = root / name
+        resolve_inside(root, path, f"{flag} {root}: {name}", error=GoldenError)  # no folder of it links outside
         if path.is_symlink() or not path.is_file():
             raise GoldenError(f"{flag} {root}: {name} is missing; make the bundle again.")
         if sha256_file(path) != want:
             raise GoldenError(f"{flag} {root}: {name} does not match its sha256 in {SUMS} (the bundle was changed "
                               "or damaged); make the bundle again.")
-    try:
-        manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
-        data = json.loads((root / DATA).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise GoldenError(f"{flag} {root}: cannot read the bundle ({exc}).") from None
+    manifest = _read_json(root, MANIFEST, MAX_MANIFEST_BYTES, flag)
     if not isinstance(manifest, dict) or manifest.get("format") != fmt:
         raise GoldenError(f"{flag} {root} is not a {kind} (manifest format "
                           f"{manifest.get('format') if isinstance(manifest, dict) else None!r}).")
@@ -459,11 +523,45 @@ def open_bundle(folder: str | Path, fmt: str = FORMAT, flag: str = "--golden", m
     if not compatible_version(made_by):
         raise GoldenError(f"{flag} {root} was made by difforge {made_by}; this is difforge {__version__} (another "
                           "release line may compute differently): make the bundle again.")
+    data = _read_json(root, DATA, MAX_DATA_BYTES, flag)
     try:
         tensors = load_file(str(root / TENSORS))
     except (SafetensorError, OSError, ValueError) as exc:
         raise GoldenError(f"{flag} {root}: {TENSORS} cannot be read ({exc}).") from None
-    return Bundle(root, manifest, data, tensors, digest=own_digest, digest_checked=digest is not None)
+    try:
+        bundle = Bundle(root, manifest, data, tensors, digest=own_digest, digest_checked=digest is not None,
+                        listed=set(listed))
+    except (ValueError, TypeError, KeyError, RecursionError) as exc:
+        raise GoldenError(f"{flag} {root}: {DATA} is malformed ({' '.join(str(exc).split())[:120]}); make the "
+                          "bundle again.") from None
+    bundle.flag = flag
+    return bundle
+
+
+def check_shape(bundle: Bundle) -> None:
+    """The bundle holds everything a validation reads from it, in the shape it reads it (:mod:`.schema`), and every
+    file it names is one it lists.  Called by :func:`~.golden.open_golden` and :func:`~.captured.open_capture`
+    before anything loads; one GoldenError line otherwise."""
+    golden = bundle.manifest.get("format") == FORMAT
+    where = f"{bundle.flag} {bundle.folder}"
+    for name, value, spec in ((MANIFEST, bundle.manifest, GOLDEN_MANIFEST if golden else CAPTURE_MANIFEST),
+                              (DATA, bundle.data, GOLDEN_DATA if golden else CAPTURE_DATA)):
+        try:
+            check(value, spec)
+        except SchemaError as exc:
+            raise GoldenError(f"{where}: {name} is malformed at {exc}; make the bundle again.") from None
+    if not golden:
+        from ..runtime.record import RunRecord
+
+        try:
+            RunRecord.from_dict(bundle.data["load_record"])
+        except (ValueError, TypeError, KeyError) as exc:
+            raise GoldenError(f"{where}: {DATA} is malformed (its load record: {' '.join(str(exc).split())[:100]}); "
+                              "make the bundle again.") from None
+    for name in referenced_files(bundle.manifest, bundle.data):
+        if not _holds(bundle.listed or set(), name):
+            raise GoldenError(f"{where} names {str(name)[:80]!r}, a file it does not hold (every file it names must "
+                              f"be one its {SUMS} lists); make the bundle again.")
 
 
 def is_bundle_folder(folder: Path) -> bool:
@@ -475,8 +573,8 @@ def is_bundle_folder(folder: Path) -> bool:
     try:
         if MANIFEST not in listed or sha256_file(folder / MANIFEST) != listed[MANIFEST]:
             return False
-        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        manifest = _read_json(folder, MANIFEST, MAX_MANIFEST_BYTES, "--out")
+    except (OSError, GoldenError):
         return False
     if not isinstance(manifest, dict) or manifest.get("format") not in (FORMAT, CAPTURE_FORMAT):
         return False
@@ -494,6 +592,7 @@ __all__ = [
     "GoldenError",
     "Reducer",
     "bundle_digest",
+    "check_shape",
     "identity_note",
     "identity_notes",
     "parse_digest",

@@ -49,6 +49,7 @@ from .bundle import (
     GoldenError,
     Reducer,
     bundle_digest,
+    check_shape,
     first_difference,
     image_hash,
     open_bundle,
@@ -114,15 +115,24 @@ def prompt_set_digest(pset: Any) -> str | None:
 # ---- the judge's options ------------------------------------------------------------------------------
 def read_manifest(folder: str | Path) -> dict[str, Any]:
     """The manifest alone (to fill the options; :func:`open_capture` verifies the whole bundle later)."""
-    path = Path(folder) / "manifest.json"
+    from ..runtime.reading import read_text
+    from .bundle import MAX_MANIFEST_BYTES
+    from .schema import CAPTURE_MANIFEST, SchemaError, check
+
+    root = Path(folder)
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        manifest = json.loads(read_text(root / "manifest.json", limit=MAX_MANIFEST_BYTES, root=root,
+                                        what=f"--capture {folder}: manifest.json", error=CaptureError))
+    except (CaptureError, ValueError, RecursionError):
         raise CaptureError(f"--capture {folder} is not a capture bundle (no readable manifest.json); make one with "
                            "'difforge capture'.") from None
     if not isinstance(manifest, dict) or manifest.get("format") != CAPTURE_FORMAT:
         raise CaptureError(f"--capture {folder} is not a capture bundle (format "
                            f"{manifest.get('format') if isinstance(manifest, dict) else None!r}).")
+    try:
+        check(manifest, {"model": CAPTURE_MANIFEST["model"], "options": CAPTURE_MANIFEST["options"]})
+    except SchemaError as exc:
+        raise CaptureError(f"--capture {folder}: manifest.json is malformed at {exc}; capture again.") from None
     return manifest
 
 
@@ -430,6 +440,7 @@ def open_capture(options: Any, probe_type: Any) -> Captured:
 
     bundle = open_bundle(str(options.capture), fmt=CAPTURE_FORMAT, flag="--capture", maker="difforge capture",
                          digest=parse_digest(getattr(options, "capture_digest", None), "--capture-digest"))
+    check_shape(bundle)
     m = bundle.manifest
     where = f"--capture {options.capture}"
     folder, _family = resolve_model(options.model)

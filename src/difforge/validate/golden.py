@@ -43,6 +43,7 @@ from .bundle import (
     BundleWriter,
     GoldenError,
     Reducer,
+    check_shape,
     first_difference,
     image_hash,
     open_bundle,
@@ -349,6 +350,7 @@ def open_golden(options: ValidateOptions) -> Golden:
     when the user gave none.  Raises GoldenError (exit 2)."""
     bundle = open_bundle(str(options.golden), digest=parse_digest(getattr(options, "golden_digest", None),
                                                                   "--golden-digest"))
+    check_shape(bundle)
     m = bundle.manifest
     where = f"--golden {options.golden}"
     folder, _family = resolve_model(options.model)

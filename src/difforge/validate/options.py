@@ -247,6 +247,16 @@ def _inputs(options: ValidateOptions) -> list[tuple[str, str, bool]]:
     return [(flag, str(path), folder) for flag, path, folder in given if path]
 
 
+def _kept_whole(flag: str, path: Path) -> bool:
+    """A folder the report must not enter: the model folder, or a real bundle (a folder that is not one is
+    refused as such when it is opened, with its own message)."""
+    if flag == "--model":
+        return True
+    from .bundle import is_bundle_folder
+
+    return is_bundle_folder(path)
+
+
 def check_out_keeps_inputs(options: ValidateOptions) -> None:
     """``--out`` may not be, hold or lie inside what the run reads (OutputError, exit 2, before anything runs).
 
@@ -261,7 +271,7 @@ def check_out_keeps_inputs(options: ValidateOptions) -> None:
         if path == out or out in path.parents:
             raise OutputError(f"--out {options.out} is or holds {flag} {given}, which the report would replace; "
                               "give the report its own folder.")
-        if folder and path in out.parents:
+        if folder and path in out.parents and _kept_whole(flag, path):
             raise OutputError(f"--out {options.out} lies inside {flag} {given}; writing the report there would change "
                               "it, so give the report a folder outside it.")
 
