@@ -372,35 +372,43 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                            notes=notes)
 
     results: list[BenchResult] = []
+    head = {"benchmark": "qwen_edit_denoise", "device": str(device), "dtype": dtype_name(dtype), "size": size.name,
+            "variant": args.variant, "output_pixels": size.pixels, "steps": args.steps, "warmup": args.warmup}
+
+    def add(row: BenchResult) -> None:
+        """Keep a finished row, and write the rows so far at once: a run stopped at its time cap keeps them."""
+        results.append(row)
+        write_json(args.json, {**head, "partial": True, "results": list(results)})
+
     times, peak = time_loop(model, p, backend, False, args.warmup, args.steps)
-    results.append(result(REFERENCE, times, peak, 2, "diffusers processor, complex RoPE, eager"))
+    add(result(REFERENCE, times, peak, 2, "diffusers processor, complex RoPE, eager"))
     if not args.no_pipeline:  # the same transformer inside diffusers' own pipeline call
         times, peak = time_diffusers_pipeline(model, size, p, backend, args.warmup, args.steps, args.seed)
-        results.append(result(PIPELINE, times, peak, 2, "QwenImageEditPlusPipeline.__call__, eager; step-end to "
-                                                         "step-end (its VAE encode before the loop not counted)"))
+        add(result(PIPELINE, times, peak, 2, "QwenImageEditPlusPipeline.__call__, eager; step-end to "
+                                             "step-end (its VAE encode before the loop not counted)"))
 
     install_processor(model)
     install_real_rope(model)
     times, peak = time_loop(model, p, backend, False, args.warmup, args.steps)
-    results.append(result("difforge, two calls", times, peak, 2, "real RoPE, eager"))
+    add(result("difforge, two calls", times, peak, 2, "real RoPE, eager"))
     times, peak = time_loop(model, p, backend, True, args.warmup, args.steps)
-    results.append(result(DEFAULT, times, peak, 1, "batched CFG (batch 2), real RoPE, eager"))
+    add(result(DEFAULT, times, peak, 1, "batched CFG (batch 2), real RoPE, eager"))
     shares = time_shares(model, p, backend, True, max(args.steps, 2))
     if args.compile:
         # The same compile policy as `difforge edit --compile` (Inductor; torchair on NPU; eager if none).
         compile_record = RunRecord(kind="bench")
         install_compile(model, SpeedOptions(compile=True), backend, compile_record)
-        results.append(time_compiled(model, p, backend, args, result, compile_record.adaptations[-1].choice, ""))
+        add(time_compiled(model, p, backend, args, result, compile_record.adaptations[-1].choice, ""))
     if args.fp8:  # the same model's Linear weights stored as fp8, beside the bf16 rows (memory, not speed)
         weights["fp8_linears"] = to_fp8_storage(model)
         weights["fp8_on_device"] = module_weight_bytes(model)
         note = "fp8 e4m3fn weight storage, dequantised per forward (approximate)"
         with _eager(args.compile):  # the compiled blocks run eager here (torch.compiler.set_stance)
             times, peak = time_loop(model, p, backend, True, args.warmup, args.steps)
-        results.append(result(f"{DEFAULT}, fp8", times, peak, 1, f"batched CFG, real RoPE, eager; {note}"))
+        add(result(f"{DEFAULT}, fp8", times, peak, 1, f"batched CFG, real RoPE, eager; {note}"))
         if args.compile:  # the compiled blocks see new modules: the first steps recompile
-            results.append(time_compiled(model, p, backend, args, result, "recompiled for fp8 storage", f"; {note}",
-                                         name=f"{DEFAULT} + compile, fp8"))
+            add(time_compiled(model, p, backend, args, result, "recompiled for fp8 storage", f"; {note}",
+                              name=f"{DEFAULT} + compile, fp8"))
 
     base = results[0].ms_per_step
     payload: dict[str, Any] = {

@@ -25,6 +25,8 @@ SAMPLER_GOAL_MS = 1.0
 #: The row each benchmark calls difforge's default.
 URSA_DEFAULT = "optimised (exact)"
 QWEN_DEFAULT = "difforge default"
+#: Said above a table whose benchmark stopped before its end (its JSON is marked ``partial``).
+PARTIAL = "Partial: the run stopped (its cap) after the rows below; the rest was not measured."
 #: The Qwen bench's row of diffusers' own pipeline call (the peer every ratio is also given against).
 PIPELINE_PREFIX = "diffusers pipeline"
 
@@ -58,7 +60,7 @@ def ursa_section(name: str, data: dict[str, Any]) -> list[str]:
              "| variant | ms/step | vs baseline | tokens = baseline | tokens = eager twin | peak GiB | notes |",
              "| --- | ---: | ---: | --- | --- | ---: | --- |"]
     if data.get("partial"):
-        lines[1:1] = ["", "Partial: the run stopped (its cap) after the rows below; the rest was not measured."]
+        lines[1:1] = ["", PARTIAL]
     for r in rows:
         x = r["extra"]
         lines.append(f"| {r['name']} | {_ms(r['ms_per_step'])} | {base / r['ms_per_step']:.2f}× | "
@@ -103,6 +105,8 @@ def qwen_section(name: str, data: dict[str, Any]) -> list[str]:
              f"{data['steps']} steps (`{name}`)" + (f" — goal ≤ {goal:g} ms/step lossless, ≤ 22 GiB" if goal else ""),
              "", f"| variant | ms/step | {rows[0]['name']} ÷ this | diffusers pipeline ÷ this | peak GiB | notes |",
              "| --- | ---: | ---: | ---: | ---: | --- |"]
+    if data.get("partial"):
+        lines[1:1] = ["", PARTIAL]
     for r in rows:
         vs_pipeline = "–" if pipeline is None else f"{pipeline / r['ms_per_step']:.2f}×"
         lines.append(f"| {r['name']} | {_ms(r['ms_per_step'])} | {ref / r['ms_per_step']:.2f}× | {vs_pipeline} | "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 from benchmarks import bench_qwen_edit
@@ -77,3 +78,19 @@ def test_the_pipeline_row_times_diffusers_own_call_step_by_step() -> None:
     assert len(times) == 2 and all(t > 0 for t in times)
     assert len(calls) == 2 * (1 + 2)
     assert before == plus.VAE_IMAGE_SIZE
+
+
+def test_a_run_stopped_midway_leaves_the_rows_it_finished(tmp_path: Path, monkeypatch) -> None:
+    """Each finished row is written at once (``partial``), so a step stopped at its time cap keeps its rows."""
+    out = tmp_path / "qwen.json"
+
+    def stopped(*a, **k):
+        raise KeyboardInterrupt  # what a timeout's signal does to the run
+
+    monkeypatch.setattr(bench_qwen_edit, "time_shares", stopped)  # after the first four rows
+    with pytest.raises(KeyboardInterrupt):
+        bench_qwen_edit.main(["--tiny", "--steps", "1", "--warmup", "1", "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert data["partial"] and data["benchmark"] == "qwen_edit_denoise"
+    assert [r["name"] for r in data["results"]] == [bench_qwen_edit.REFERENCE, bench_qwen_edit.PIPELINE,
+                                                    "difforge, two calls", "difforge default"]
