@@ -85,3 +85,39 @@ def test_switched_off_ops_stay_plain_and_overrides_still_win(
     assert ops.names()["rotary"] == "triton rotary"
     assert ops.names()["rms_norm"].startswith("torch") and ops.names()["swiglu"].startswith("override:")
     assert "sampler" not in ops.names() and "rate" not in ops.names()  # switched off: the torch draws and rates
+
+
+def test_a_transformer_forward_runs_every_kernel(gpu: None, tk: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ops are bound to a real (small) URSA transformer: each kernel path runs - not its plain fallback,
+    which a shape it does not index would take silently - and the output is the plain forward's."""
+    from difforge.models.ursa import URSATransformer, URSATransformerConfig
+    from difforge.models.ursa.rope import positions
+
+    cfg = URSATransformerConfig(
+        hidden_size=32, intermediate_size=48, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=1,
+        vocab_size=100 + 16, lm_vocab_size=100, lm_head_size=16, bov_token_id=90,
+    )
+    torch.manual_seed(0)
+    plain, fused = URSATransformer(cfg).eval(), URSATransformer(cfg).eval()
+    fused.load_state_dict(plain.state_dict())
+    launches: list[str] = []
+    for name in ("_rms_norm_kernel", "_swiglu_kernel", "_rotary_kernel"):
+        kernel = getattr(tk, name)
+
+        class Spy:
+            def __init__(self, kernel: object, name: str) -> None:
+                self.kernel, self.name = kernel, name
+
+            def __getitem__(self, grid: object):  # type: ignore[no-untyped-def]
+                launches.append(self.name)
+                return self.kernel[grid]  # type: ignore[index]
+
+        monkeypatch.setattr(tk, name, Spy(kernel, name))
+    fused.set_ops(select_ops(CUDABackend()))
+    ids = torch.randint(0, cfg.vocab_size, (1, 7), generator=torch.Generator().manual_seed(1))
+    pos = positions((1, 1, 2), text_len=4)
+    with torch.no_grad():
+        torch.testing.assert_close(fused(ids, pos), plain(ids, pos), rtol=1e-4, atol=1e-5)
+    # one layer: input/post-attention norms, q/k norms, the final norm; q and k rotated; one MLP
+    assert launches.count("_rms_norm_kernel") == 5 and launches.count("_rotary_kernel") == 2
+    assert launches.count("_swiglu_kernel") == 1
