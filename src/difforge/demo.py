@@ -58,10 +58,17 @@ def _mark(ok: bool, text: str) -> str:
     return f"{'ok' if ok else 'WRONG'}: {text}"
 
 
-def _save_sheet(path: Path, images: list[Image.Image], labels: list[str]) -> Path:
-    grid = contact_sheet(images, labels)
+def _save_sheet(path: Path, images: list[Image.Image], labels: list[str], title: str = "", columns: int = 3) -> Path:
+    grid = contact_sheet(images, labels, columns=columns, title=title)
     atomic_save(path, lambda tmp: grid.save(tmp, format="PNG"))
     return path
+
+
+def sheet_title(model: str, correct: int, n: int, what: str, device: str) -> str:
+    """The sheet's own figure, on the sheet: the count is this demo's (``n`` held-out prompts, one seed each,
+    the model's default steps), not the 40-prompt evaluation of docs/shapes-training.md the README quotes."""
+    return (f"{model}: {correct}/{n} of these held-out {what} done as asked (checker), one seed each, default "
+            f"steps and dtype on {device}; the 40-prompt evaluation is in docs/shapes-training.md")
 
 
 def captions_sheet(out: Path, device: str, n: int = N_CAPTIONS) -> tuple[Path, int, int]:
@@ -76,7 +83,8 @@ def captions_sheet(out: Path, device: str, n: int = N_CAPTIONS) -> tuple[Path, i
         correct += ok
         images.append(img)
         labels.append(_mark(ok, item.prompt))
-    return _save_sheet(out / "shapes-ursa_contact_sheet.png", images, labels), correct, len(pset.items)
+    title = sheet_title("shapes-ursa", correct, len(pset.items), "captions", device)
+    return _save_sheet(out / "shapes-ursa_contact_sheet.png", images, labels, title), correct, len(pset.items)
 
 
 def _side_by_side(a: Image.Image, b: Image.Image) -> Image.Image:
@@ -103,7 +111,9 @@ def edits_sheet(out: Path, device: str, n: int = N_EDITS) -> tuple[Path, int, in
         correct += ok
         images.append(_side_by_side(Image.open(src), img))
         labels.append(_mark(ok, item.prompt))
-    return _save_sheet(out / "shapes-qwen-edit_contact_sheet.png", images, labels), correct, len(pset.items)
+    title = sheet_title("shapes-qwen-edit", correct, len(pset.items), "edits (source | result)", device)
+    path = _save_sheet(out / "shapes-qwen-edit_contact_sheet.png", images, labels, title, columns=2)
+    return path, correct, len(pset.items)
 
 
 def tiny_edits(out: Path) -> tuple[str, dict[str, Any]]:
@@ -140,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             sheet, ok, n = edits_sheet(out, device)
             print(f"[edit] shapes-qwen-edit, {n} held-out edits: {ok}/{n} done as asked -> {sheet} "
-                  f"({time.perf_counter() - t0:.1f}s)")
+                  f"({time.perf_counter() - t0:.1f}s; one seed each - the 40-edit evaluation is "
+                  "docs/shapes-training.md's)")
             edit_model, edit_options = "shapes-qwen-edit", {}
         else:
             edit_model, edit_options = tiny_edits(out)

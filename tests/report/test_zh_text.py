@@ -274,6 +274,19 @@ EXACT_EXAMPLES: list[tuple[str, str]] = [
 #: PATTERNS: sentences as the rungs, the ladder, the runner and the pipelines build them (numbers and names
 #: as a run fills them in), each pattern with at least one example.
 PATTERN_EXAMPLES: list[tuple[str, str]] = [
+    ("the golden bundle /tmp/g was not checked against an external digest (no --golden-digest): its SHA256SUMS shows "
+     "only that its files agree with one another, and a bundle changed with its sums recomputed would pass too; its "
+     "digest is 0a1b2c",
+     "标杆数据包 /tmp/g 未经外部核对（未给出 --golden-digest）：其 SHA256SUMS 只表示其中各文件之间一致，改动后重新计算 "
+     "SHA256SUMS 的数据包同样能通过；其 sha256 为 0a1b2c"),
+    ("the prompt 'a purple star' leaves what shapes-ursa was trained on: 'purple', 'star' are outside "
+     "shapes-ursa's vocabulary of 27 words; expect a picture that does not follow it.",
+     "提示词 'a purple star' 超出 shapes-ursa 所学范围：'purple', 'star' 不在 shapes-ursa 的 27 词词表中；"
+     "生成的图片可能与之不一致。"),
+    ("'sunset' is outside shapes-qwen-edit's vocabulary of 40 words", "'sunset' 不在 shapes-qwen-edit 的 40 词词表中"),
+    ("it is not a caption of the shapes world shapes-ursa was trained on ('a <colour> <shape> on a <colour> "
+     "background')", "它不是 shapes-ursa 所学的 shapes 图形说明（“a <colour> <shape> on a <colour> background”）"),
+    ("it names 2 items; shapes-ursa was trained on captions of 1 item", "它含 2 个图形；shapes-ursa 只学过含 1 个图形的说明"),
     ('2-D convolutions on single pictures (45 causal convs)', '单张图片上的 2-D 卷积（45 个因果卷积）'),
     ('RuntimeError: the reference run recorded no step to dump',
      'RuntimeError: 参考运行未记录可供 dump 的步'),

@@ -17,7 +17,9 @@ from difforge.shapes import world as w
 def test_heldout_caption_set_is_held_out_and_scores_its_own_renders() -> None:
     ps = p.heldout_caption_set(n=40, seed=0)
     assert ps.kind == "caption" and len(ps.items) == 40 and len({i.id for i in ps.items}) == 40
-    held = w.scenes(0, 40, split="heldout")
+    drawn = w.scenes(0, 40, split="heldout")
+    held = [drawn[i.meta["index"]] for i in ps.items]  # the same 40 draws, distinct captions first
+    assert sorted(i.meta["index"] for i in ps.items) == list(range(40))
     for item, scene in zip(ps.items, held, strict=True):
         assert item.prompt == w.caption(scene) and item.image is None
         assert w.is_heldout(scene)
@@ -36,7 +38,8 @@ def test_edit_set_round_trips_and_scores_like_score_edit(tmp_path: Path) -> None
     p.write_prompt_set(tmp_path / "copy", back)  # elsewhere: the pictures travel along
     again = p.load_prompt_set(tmp_path / "copy" / "prompts.json")
     assert np.array_equal(again.source_image(again.items[3]), back.source_image(back.items[3]))
-    for item, edit in zip(back.items, w.edits(2, 12, split="heldout"), strict=True):
+    drawn = w.edits(2, p.POOL, split="heldout")
+    for item, edit in zip(back.items, [drawn[i.meta["index"]] for i in back.items], strict=True):
         assert item.prompt == edit.instruction and item.meta["edit"] == edit.kind
         assert np.array_equal(back.source_image(item), w.render(edit.source))
         for picture in (w.render(edit.target), w.render(edit.source)):

@@ -13,7 +13,7 @@ from typing import Any
 from ..errors import DifforgeError, ModelFamilyError, ModelNotFoundError
 from .families import QWEN_EDIT, QWEN_EDIT_PLUS, TASK_FAMILIES, URSA, detect_family
 from .tiny import TINY_MODELS, ensure_tiny
-from .trained import TRAINED_MODELS, default_prompt_set, default_prompts, trained_path
+from .trained import TRAINED_MODELS, default_prompt_set, default_prompts, default_source, trained_path
 
 #: Every built-in name: the random-weight tiny models (built on demand) and the trained ones (committed).
 BUILT_IN = {**TINY_MODELS, **TRAINED_MODELS}
@@ -116,6 +116,12 @@ def prompt_set_for(model: str, n: int) -> Any:
 
 
 def validation_prompts(model: str) -> list[str] | None:
-    """validate's default prompts for ``--model`` when it has its own (the trained caption models), else None."""
+    """validate's default prompts for ``--model`` when it has its own (the trained models), else None."""
     return default_prompts(model)
+
+
+def validation_image(model: str) -> Any:
+    """validate's input picture for ``--model`` without ``--image`` when it has its own (a PIL image: the
+    trained edit model's held-out source), else None (the generic synthetic picture)."""
+    return default_source(model)
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from PIL import Image
+
 from ..errors import ModelNotFoundError
 from ..shapes.prompts import PromptSet, heldout_caption_set, heldout_edit_set
 from .families import QWEN_EDIT, URSA
@@ -48,9 +50,23 @@ def default_prompts(name: str) -> list[str] | None:
     """validate's prompts for built-in ``name`` when ``--prompts`` is not given: a caption model trained
     on the shapes world gets the first held-out captions, since the family's own prompts (URSA's seed
     report sentences) are words it never saw - its picture for them is chance, and a chance picture
-    compared once with the reference measures sampling luck, not the port; None: the family's."""
+    compared once with the reference measures sampling luck, not the port; an edit model gets its first
+    held-out edit (the family's "add a beautiful sunset background" is outside its words); None: the family's."""
     pset = default_prompt_set(name, VALIDATION_PROMPTS)
-    if pset is None or pset.kind != "caption":
+    if pset is None:
         return None
+    if pset.kind == "edit":  # every prompt edits the one input picture: the first edit, on its own source
+        return [pset.items[0].prompt]
     return [item.prompt for item in pset.items]
+
+
+def default_source(name: str) -> Image.Image | None:
+    """validate's input picture for built-in edit model ``name`` when no ``--image`` is given: the source of
+    its first held-out edit (:func:`default_prompts`' instruction acts on it).  The generic synthetic picture
+    (sky, disc, ground) is not a shapes scene: the model's edit of it is out of distribution, so both sides
+    draw noise and the trajectory rung measures chaos, not the port.  None: the generic picture."""
+    pset = default_prompt_set(name, 1)
+    if pset is None or pset.kind != "edit":
+        return None
+    return Image.fromarray(pset.source_image(pset.items[0]))
 

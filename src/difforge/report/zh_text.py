@@ -512,6 +512,30 @@ rule(r"(?P<cls>[A-Z]\w*(?:Error|Exception)): (?P<msg>.+)", "{cls}: {msg}", msg=_
 rule(r"the golden bundle has no run for seed (?P<s>\d+)", "标杆数据包中没有 seed {s} 的运行")
 rule(r"the golden bundle has no step (?P<i>\d+) for seed (?P<s>\d+)", "标杆数据包中没有 seed {s} 的第 {i} 步")
 
+# ---- a prompt outside the model's prompt domain (shapes/domain.py PromptDomain.warning), a report note ----------
+def _domain_why(text: str) -> str:
+    """The reasons a prompt leaves the domain, joined by '; ' - one reason ("it names 2 items; ... of 1 item")
+    holds a '; ' itself, so two neighbours that translate as one are taken together."""
+    parts, out, i = text.split("; "), [], 0
+    while i < len(parts):
+        two = "; ".join(parts[i:i + 2])
+        if i + 1 < len(parts) and _t(two) != two:
+            out.append(_t(two))
+            i += 2
+        else:
+            out.append(_t(parts[i]))
+            i += 1
+    return "；".join(out)
+
+
+rule(r"the prompt (?P<p>'.*') leaves what (?P<m>\S+) was trained on: (?P<why>.+); expect a picture that does not "
+     r"follow it\.", "提示词 {p} 超出 {m} 所学范围：{why}；生成的图片可能与之不一致。", why=_domain_why)
+rule(r"(?P<w>.+) (?:is|are) outside (?P<m>\S+)'s vocabulary of (?P<n>\d+) words", "{w} 不在 {m} 的 {n} 词词表中")
+rule(r"it is not a caption of the shapes world (?P<m>\S+) was trained on \('a <colour> <shape> on a <colour> "
+     r"background'\)", "它不是 {m} 所学的 shapes 图形说明（“a <colour> <shape> on a <colour> background”）")
+rule(r"it names (?P<k>\d+) items; (?P<m>\S+) was trained on captions of (?P<j>\d+) items?",
+     "它含 {k} 个图形；{m} 只学过含 {j} 个图形的说明")
+
 # ---- out of memory (difforge.errors.out_of_memory_message) ------------------------------------------------------
 rule(r"(?P<dev>DEV) ran out of memory; offloading cannot help on the CPU \(the weights already live in host memory\): "
      r"reduce --height/--width(?P<tiling>, use --vae-tiling)? or use --dtype bfloat16\.",

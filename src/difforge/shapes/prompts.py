@@ -253,26 +253,52 @@ def write_prompt_set(folder: str | Path, prompt_set: PromptSet) -> Path:
 
 
 # ---- the world's held-out sets ------------------------------------------------------------------------
+#: The held-out sets are drawn from this many draws (or ``n``, when more), then ordered so every distinct
+#: prompt comes before any repeat: a small set (a contact sheet's 9 tiles, --quick's 4 semantic prompts)
+#: shows as many different prompts as the draws hold, and the 40-prompt set stays the same 40 draws.
+POOL = 40
+
+
+def _distinct_first(keys: list[str]) -> list[int]:
+    """Indices of ``keys`` in rounds: the first of each distinct key (in first-seen order), then the second
+    of each, and so on - every prompt appears once before any appears twice."""
+    groups: dict[str, list[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(key, []).append(i)
+    order: list[int] = []
+    depth = 0
+    while len(order) < len(keys):
+        order += [g[depth] for g in groups.values() if depth < len(g)]
+        depth += 1
+    return order
+
+
 def heldout_caption_set(n: int = 40, seed: int = 0, *, size: int = 64, max_items: int = 1) -> PromptSet:
-    """``n`` captions of held-out scenes (each shows a combination training never does)."""
+    """``n`` captions of held-out scenes (each shows a combination training never does), distinct captions
+    first (:data:`POOL`); ``meta["index"]`` is the scene's draw."""
+    drawn = scenes(seed, max(n, POOL), size=size, max_items=max_items, split="heldout")
     rows = []
-    for i, scene in enumerate(scenes(seed, n, size=size, max_items=max_items, split="heldout")):
+    for i, k in enumerate(_distinct_first([caption(s) for s in drawn])[:n]):
+        scene = drawn[k]
         rows.append(
             PromptItem(
                 f"c{i:03d}",
                 caption(scene),
                 Expectation.from_scene(scene),
-                meta={"seed": seed, "index": i, "size": size},
+                meta={"seed": seed, "index": k, "size": size},
             )
         )
     return PromptSet("caption", tuple(rows), f"shapes held-out captions (seed {seed}, n {n})")
 
 
 def heldout_edit_set(n: int = 40, seed: int = 0, *, size: int = 64) -> PromptSet:
-    """``n`` held-out edits: the source render (in memory, written by :func:`write_prompt_set`), the
-    instruction, and the target's expectation; ``meta`` keeps the kind and both captions."""
+    """``n`` held-out edits, distinct instructions first (:data:`POOL`): the source render (in memory,
+    written by :func:`write_prompt_set`), the instruction, and the target's expectation; ``meta`` keeps the
+    draw's index, the kind and both captions."""
+    drawn = edits(seed, max(n, POOL), size=size, split="heldout")
     rows = []
-    for i, edit in enumerate(edits(seed, n, size=size, split="heldout")):
+    for i, k in enumerate(_distinct_first([e.instruction for e in drawn])[:n]):
+        edit = drawn[k]
         rows.append(
             PromptItem(
                 f"e{i:03d}",
@@ -281,7 +307,7 @@ def heldout_edit_set(n: int = 40, seed: int = 0, *, size: int = 64) -> PromptSet
                 image=f"images/e{i:03d}.png",
                 meta={
                     "seed": seed,
-                    "index": i,
+                    "index": k,
                     "size": size,
                     "edit": edit.kind,
                     "source": caption(edit.source),

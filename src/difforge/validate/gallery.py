@@ -86,32 +86,43 @@ def _wrap(caption: str, width_px: int) -> list[str]:
     return textwrap.wrap(caption, width=chars)[:3]
 
 
-def _tile(img: Image.Image, caption: str, tile: int = TILE) -> Image.Image:
-    """One image scaled into a square tile with a two-line caption under it."""
-    canvas = Image.new("RGB", (tile, tile + CAPTION_H), "white")
+def _tile(img: Image.Image, caption: str, tile: int = TILE, aspect: int = 1) -> Image.Image:
+    """One image scaled into a tile ``aspect`` squares wide (a source | result pair is two) with a caption
+    of up to three lines under it."""
+    width = tile * aspect
+    canvas = Image.new("RGB", (width, tile + CAPTION_H), "white")
     thumb = img.convert("RGB").copy()
-    thumb.thumbnail((tile, tile), Image.Resampling.NEAREST if max(img.size) < tile else Image.Resampling.LANCZOS)
-    if max(thumb.size) < tile:  # tiny models give tiny images: enlarge them so they can be seen
-        scale = tile // max(thumb.size)
+    thumb.thumbnail((width, tile), Image.Resampling.NEAREST if max(img.size) < tile else Image.Resampling.LANCZOS)
+    if thumb.size[0] < width and thumb.size[1] < tile:  # tiny models give tiny images: enlarge them to be seen
+        scale = min(width // thumb.size[0], tile // thumb.size[1])
         thumb = thumb.resize((thumb.size[0] * scale, thumb.size[1] * scale), Image.Resampling.NEAREST)
-    canvas.paste(thumb, ((tile - thumb.size[0]) // 2, (tile - thumb.size[1]) // 2))
+    canvas.paste(thumb, ((width - thumb.size[0]) // 2, (tile - thumb.size[1]) // 2))
     draw = ImageDraw.Draw(canvas)
-    for k, line in enumerate(_wrap(caption, tile - 8)):
+    for k, line in enumerate(_wrap(caption, width - 8)):
         _draw_text(draw, (4, tile + 2 + LINE_PX * k), line)
     return canvas
 
 
-def contact_sheet(images: list[Image.Image], captions: list[str], columns: int = 3) -> Image.Image:
-    """A grid of captioned tiles (PIL only, so it renders anywhere)."""
+def contact_sheet(images: list[Image.Image], captions: list[str], columns: int = 3, title: str = "") -> Image.Image:
+    """A grid of captioned tiles (PIL only, so it renders anywhere), with an optional title line on top.
+
+    Tiles take the widest picture's shape in whole squares (a source | result pair fills a two-square tile),
+    so a sheet of wide pictures has no empty half tiles."""
     if not images:
         raise ValueError("contact sheet needs at least one image")
-    tiles = [_tile(img, cap) for img, cap in zip(images, captions, strict=False)]
+    aspect = max(1, max(round(img.size[0] / max(1, img.size[1])) for img in images))
+    tiles = [_tile(img, cap, aspect=aspect) for img, cap in zip(images, captions, strict=False)]
     columns = max(1, min(columns, len(tiles)))
     rows = (len(tiles) + columns - 1) // columns
     w, h = tiles[0].size
-    sheet = Image.new("RGB", (columns * w, rows * h), "white")
+    top = (len(_wrap(title, columns * w - 8)) * LINE_PX + 8) if title else 0
+    sheet = Image.new("RGB", (columns * w, rows * h + top), "white")
+    if title:
+        draw = ImageDraw.Draw(sheet)
+        for k, line in enumerate(_wrap(title, columns * w - 8)):
+            _draw_text(draw, (4, 4 + LINE_PX * k), line)
     for k, t in enumerate(tiles):
-        sheet.paste(t, ((k % columns) * w, (k // columns) * h))
+        sheet.paste(t, ((k % columns) * w, top + (k // columns) * h))
     return sheet
 
 

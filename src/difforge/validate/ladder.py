@@ -28,6 +28,7 @@ from ..models.registry import (
     probe_for,
     prompt_set_for,
     same_stream_names,
+    validation_image,
     validation_prompts,
 )
 from ..runtime.atomic import atomic_save
@@ -247,7 +248,8 @@ class Ladder:
         if self.image_paths:
             self.images = load_images(self.image_paths)
             return
-        self.images = [test_picture(SYNTHETIC_SIZE)]
+        own = validation_image(self.o.model)  # a trained edit model's own held-out source, else the generic one
+        self.images = [own if own is not None else test_picture(SYNTHETIC_SIZE)]
         self.synthetic = True
 
     def save_inputs(self) -> None:

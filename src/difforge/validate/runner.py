@@ -429,7 +429,15 @@ class _Climb:
         self.data["adaptations"] = [vars(a) for a in dut.record.adaptations]
         self.data["reference_adaptations"] = [vars(a) for a in self.ref.record.adaptations]
         self.data["dut_record"] = dut.record.to_dict()
+        self.note_prompt_domain(dut.record)
         return rung
+
+    def note_prompt_domain(self, record: RunRecord) -> None:
+        """A device run's prompt outside what the model was trained on (engine.note_prompt_domain kept it in
+        the record) becomes a report note, once: a reader sees why such a picture does not follow its prompt."""
+        for line in (record.extra or {}).get("prompt_domain") or []:
+            if line not in self.lad.notes:
+                self.lad.notes.append(line)
 
     def benchmark(self) -> None:
         lad, pipe = self.lad, self.dut.pipe
@@ -716,7 +724,9 @@ class _Climb:
             if k == 0:
                 d_img, r_img = self.smoke_images[0], (first_ref[0] if first_ref else None)
             else:
-                d_img = lad.run(dut, cfg)[0][0]
+                d_imgs, d_rec = lad.run(dut, cfg)
+                d_img = d_imgs[0]
+                self.note_prompt_domain(d_rec)
                 r_img = (self.golden.gallery_image(k) if self.golden is not None
                          else lad.run(ref, lad.ref_cfg(cfg))[0][0])
             d_path = lad.save_image(d_img, f"gallery_{k}_device.png")
