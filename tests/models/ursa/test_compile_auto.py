@@ -8,7 +8,13 @@ import pytest
 import torch
 
 from difforge.config import RunConfig
-from difforge.devices.compile import AUTO_SAVED_SHARE, COLD_COMPILE_S, WARM_COMPILE_S, CompilePolicy
+from difforge.devices.compile import (
+    AUTO_SAVED_SHARE,
+    COLD_COMPILE_S,
+    WARM_COMPILE_S,
+    CompilePolicy,
+    compile_policy,
+)
 from difforge.models.ursa.pipeline import URSAPipeline
 from difforge.runtime.record import RunRecord
 
@@ -88,3 +94,17 @@ def test_a_call_without_compile_after_a_compiled_one_runs_eager_on_the_cpu(pipe:
     assert not choice.compile and "never chosen unasked on cpu" in choice.reason
     pipe.set_compile(choice.compile)
     assert pipe.compile_policy is None and not pipe.transformer.layers_compiled
+
+
+@pytest.mark.skipif(not compile_policy("cpu").available, reason=f"no CPU compile here: {compile_policy('cpu').detail}")
+def test_an_unknown_compile_mode_only_stops_a_run_that_compiles(pipe: URSAPipeline, monkeypatch) -> None:
+    """DIFFORGE_COMPILE_MODE is read when a compile is decided: a CPU run without --compile never reads it."""
+    from difforge.errors import DifforgeError
+
+    monkeypatch.setenv("DIFFORGE_COMPILE_MODE", "fastest")
+    pipe.backend = type(pipe.backend)()  # a fresh backend: no policy decided yet
+    record = RunRecord("generate")
+    pipe(RunConfig(**CFG), record)
+    assert record.step_times_s
+    with pytest.raises(DifforgeError, match="DIFFORGE_COMPILE_MODE"):
+        pipe(RunConfig(**CFG, compile=True), RunRecord("generate"))

@@ -335,8 +335,10 @@ class URSAPipeline:
             return CompileChoice(True, "asked for (--compile)")
         if call.record is None or cfg.parallel not in ("none", "data"):
             return CompileChoice(False, "not asked")
+        if self.device.type not in AUTO_SAVED_SHARE:  # never unasked here: no need to decide the policy
+            return auto_compile(CompilePolicy(self.device.type, False), None, 0, call.steps, False)
         policy = self.backend.compile_policy()
-        if self.device.type not in AUTO_SAVED_SHARE or not policy.available:
+        if not policy.available:
             return auto_compile(policy, None, 0, call.steps, False)
         if self.compile_policy is not None:  # compiled by an earlier call: its cost is paid
             return CompileChoice(True, "auto: compiled by an earlier call of this pipeline (cost already paid)")
