@@ -122,7 +122,6 @@ URSA_FAST = "unguided-tail, philox-rng"
 QWEN_EXACT = "batched-cfg, real-rope, npu-attention, vae-2d"
 QWEN_FAST = "first-block-cache[=threshold], taylorseer[=interval]"
 Model = Annotated[str, typer.Option(*MODEL_NAMES, help="Model folder or built-in name (tiny-ursa, tiny-qwen-edit ...).")]
-GenModel = Annotated[str, typer.Option(*MODEL_NAMES, help="URSA model folder or built-in name (tiny-ursa).")]
 EditModel = Annotated[str, typer.Option(
     *MODEL_NAMES, help="Qwen-Image-Edit model folder or built-in name (tiny-qwen-edit).")]
 Device = Annotated[str, typer.Option(help="auto, cpu, cuda[:i], npu[:i], mps, xpu.")]
@@ -308,7 +307,8 @@ def _report(result: Any, record_path: Path | None, quiet: bool, as_json: bool = 
 @friendly_errors
 def generate(
     prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="Text prompt.")] = None,
-    model: GenModel = "tiny-ursa",
+    model: Annotated[str | None, typer.Option(*MODEL_NAMES, help="URSA model folder or built-in name (default "
+                                              "tiny-ursa: random weights, its picture is noise).")] = None,
     negative_prompt: Annotated[str | None, typer.Option("--negative-prompt", "--negative_prompt",
                                                         help="Negative prompt.")] = None,
     height: Annotated[int | None, typer.Option(help="Image height (multiple of the VAE stride).")] = None,
@@ -345,6 +345,10 @@ def generate(
     quiet: Quiet = False,
 ) -> None:
     """Text-to-image with URSA (native, any device)."""
+    if model is None:  # a first try without --model must not pass noise off as a picture
+        typer.echo("difforge: warning: no --model given: tiny-ursa has random weights and draws noise; "
+                   "--model shapes-ursa draws shapes captions, or give a model folder.", err=True)
+        model = "tiny-ursa"
     with spinner("importing torch", quiet):
         from . import api
 
@@ -505,7 +509,7 @@ def validate(
     capture_digest: CaptureDigest = None,
     msprobe: Annotated[bool, typer.Option(
         "--msprobe", help="Also write msprobe dumps of the device's and the floor's step 0 and msprobe compare's "
-                          "table (pip install 'difforge[msprobe]').")] = False,
+                          "table (pip install 'difforge\\[msprobe]').")] = False,
     capture: Annotated[Path | None, typer.Option(
         help="A capture bundle (difforge capture --out): judge the device's half made there; the model, inputs and "
              "settings not given are the bundle's.")] = None,
@@ -681,7 +685,7 @@ def golden(
     negative_prompt: Annotated[str | None, typer.Option(help="Negative prompt.")] = None,
     msprobe: Annotated[bool, typer.Option(
         "--msprobe", help="Also store the floor's msprobe dump of step 0 (for validate --golden --msprobe; pip "
-                          "install 'difforge[msprobe]').")] = False,
+                          "install 'difforge\\[msprobe]').")] = False,
     quiet: Quiet = False,
 ) -> None:
     """Compute the reference and floor once (any machine) into a bundle that validate --golden compares against.
