@@ -283,15 +283,21 @@ def run_variant(
 def fused_kernels(pipe: URSAPipeline, value: str | None) -> Iterator[None]:
     """The backend's fused kernels as ``DIFFORGE_TRITON_KERNELS=value`` asks, for one variant; then as before.
 
-    The transformer's ops are picked again through the public ``select_ops`` (the backend reads the variable
-    on every question), and the sampler's kernel follows the variable by itself.
+    The transformer's ops are picked again through the public ``select_ops`` and the scheduler's rate kernels
+    by moving it to its device again (``DFMScheduler.to`` binds them; the backend reads the variable on every
+    question); the sampler's draw kernels follow the variable by themselves at each call.
     """
     if value is None:
         yield
         return
     saved = os.environ.get(KERNELS_ENV)
+
+    def rebind() -> None:
+        pipe.transformer.set_ops(select_ops(pipe.backend))
+        pipe.scheduler.to(pipe.device)
+
     os.environ[KERNELS_ENV] = value
-    pipe.transformer.set_ops(select_ops(pipe.backend))
+    rebind()
     try:
         yield
     finally:
@@ -299,7 +305,7 @@ def fused_kernels(pipe: URSAPipeline, value: str | None) -> Iterator[None]:
             os.environ.pop(KERNELS_ENV, None)
         else:
             os.environ[KERNELS_ENV] = saved
-        pipe.transformer.set_ops(select_ops(pipe.backend))
+        rebind()
 
 
 def _run_variant(

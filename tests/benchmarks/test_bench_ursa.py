@@ -112,11 +112,12 @@ def test_fused_kernels_off_is_a_variant_where_the_backend_offers_them(monkeypatc
     assert names[:3] == ["baseline (exact opts off, eager)", "optimised (exact)", "optimised, fused kernels off"]
     monkeypatch.setenv(bench.KERNELS_ENV, "rotary")
     pipe = bench.build_pipeline(bench.SIZES["tiny"], CPUBackend(), torch.float32, 0)
-    seen = []
+    seen, moved = [], []
     monkeypatch.setattr(pipe.transformer, "set_ops", lambda ops: seen.append(bench.os.environ.get(bench.KERNELS_ENV)))
+    monkeypatch.setattr(pipe.scheduler, "to", lambda device: moved.append(bench.os.environ.get(bench.KERNELS_ENV)))
     with bench.fused_kernels(pipe, "off"):
         assert bench.os.environ[bench.KERNELS_ENV] == "off"
-    assert bench.os.environ[bench.KERNELS_ENV] == "rotary" and seen == ["off", "rotary"]
+    assert bench.os.environ[bench.KERNELS_ENV] == "rotary" and seen == moved == ["off", "rotary"]
 
 
 def test_no_host_stream_leaves_the_host_drawn_variant_out_on_an_accelerator() -> None:
