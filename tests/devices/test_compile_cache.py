@@ -57,9 +57,11 @@ def test_a_user_set_cache_folder_wins(clean_cache_env: pytest.MonkeyPatch, tmp_p
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "mine")
     assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "mine" / "triton")
     assert caches.user_set == ("TORCHINDUCTOR_CACHE_DIR",)
+    import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
 
     assert inductor_config.fx_graph_cache is False  # the user's switch is theirs
+    assert functorch_config.enable_autograd_cache  # the other one, not set by the user, is on
 
 
 def test_markers_say_which_models_are_cached(tmp_path: Path, clean_cache_env: pytest.MonkeyPatch) -> None:

@@ -202,13 +202,13 @@ def use_compile_caches(home: Path) -> CompileCaches:
 
 def _cache_switches_on() -> None:
     """The FX graph cache and the AOTAutograd cache on (torch >= 2.6 has them on already; 2.5 had the second off)."""
-    if any(os.environ.get(name) for name in CACHE_SWITCH_ENV):
-        return
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
 
-    inductor_config.fx_graph_cache = True
-    if hasattr(functorch_config, "enable_autograd_cache"):
+    fx_env, autograd_env = CACHE_SWITCH_ENV
+    if not os.environ.get(fx_env):
+        inductor_config.fx_graph_cache = True
+    if not os.environ.get(autograd_env) and hasattr(functorch_config, "enable_autograd_cache"):
         functorch_config.enable_autograd_cache = True
 
 
