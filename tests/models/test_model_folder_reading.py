@@ -290,6 +290,9 @@ QWEN_CONFIGS = {
     "transformer layers text": ("transformer/config.json", {"num_layers": "2"}, "'num_layers' must be an integer"),
     "text encoder eps NaN": ("text_encoder/config.json", {"rms_norm_eps": float("nan")}, "'rms_norm_eps'"),
     "tokenizer pad int": ("tokenizer/tokenizer_config.json", {"pad_token": 7}, "'pad_token'"),
+    "rope axes do not split a head": ("transformer/config.json", {"axes_dims_rope": [8, 4, 2]}, "add up to"),
+    "transformer out_channels not z_dim": ("vae/config.json", {"z_dim": 8, "latents_mean": [0.0] * 8,
+                                                               "latents_std": [1.0] * 8}, "'in_channels' is 16"),
 }
 
 

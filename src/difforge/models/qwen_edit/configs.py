@@ -134,6 +134,7 @@ def check_config_values(folder: Path) -> None:
         if path.is_file():
             check_values(path, read_json(path, root=folder), rules, nested=nested)
     _check_vae(folder / "vae" / "config.json", folder)
+    _check_shapes(folder)
     _check_scheduler(folder / "scheduler" / "scheduler_config.json", folder)
     for name in ("preprocessor_config.json", "video_preprocessor_config.json", "processor_config.json"):
         path = folder / "processor" / name
@@ -150,6 +151,31 @@ def _check_vae(path: Path, folder: Path) -> None:
     for key in ("latents_mean", "latents_std"):
         if key in data and len(data[key]) != z_dim:
             raise CheckpointError(f"{path}: '{key}' must hold z_dim = {z_dim} values, got {len(data[key])}.")
+
+
+def _check_shapes(folder: Path) -> None:
+    """The transformer's numbers that must agree with each other and with the VAE's.
+
+    Each component's weights are checked against its own config when it loads; these are the values
+    no weight shape ties together, which otherwise fail mid-run as a shape error: the rotary axes
+    split one attention head, and the transformer patchifies the VAE's latents (``in_channels = z_dim
+    * patch_size^2``) and predicts them back (``out_channels = z_dim``).
+    """
+    tpath, vpath = folder / "transformer" / "config.json", folder / "vae" / "config.json"
+    if not (tpath.is_file() and vpath.is_file()):
+        return
+    t, v = read_json(tpath, root=folder), read_json(vpath, root=folder)
+    head, axes = t.get("attention_head_dim", 128), t.get("axes_dims_rope", [16, 56, 56])
+    if sum(axes) != head:
+        raise CheckpointError(f"{tpath}: 'axes_dims_rope' {shown(axes)} must add up to attention_head_dim ({head}).")
+    z_dim, patch = v.get("z_dim", 16), t.get("patch_size", 2)
+    for key, want in (("in_channels", z_dim * patch * patch), ("out_channels", z_dim)):
+        have = t.get(key, {"in_channels": 64, "out_channels": 16}[key])
+        if have != want:
+            raise CheckpointError(
+                f"{tpath}: '{key}' is {have}, but z_dim {z_dim} of {vpath} and patch_size {patch} need {want}; the"
+                " transformer and the VAE come from different models."
+            )
 
 
 def _check_scheduler(path: Path, folder: Path) -> None:
