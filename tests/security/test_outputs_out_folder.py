@@ -99,3 +99,24 @@ def test_golden_out_inside_the_model_folder(tmp_path: Path) -> None:
     result = runner.invoke(app, ["golden", "--model", str(model), "--out", str(model / "bundle")])
     assert_refused(result, "lies inside --model")
     assert not (model / "bundle").exists()
+
+
+@pytest.mark.parametrize("name", ["SHA256SUMS", "report.json", "manifest.json"])
+def test_a_fifo_in_out_is_not_waited_on(tmp_path: Path, name: str) -> None:
+    """Recognising a previous report or bundle in --out reads its SHA256SUMS and JSON: a FIFO there hung for ever."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "r"
+    out.mkdir()
+    os.mkfifo(out / name)
+    listed = "report.json" if name != "SHA256SUMS" else "x"
+    if name != "SHA256SUMS":
+        (out / "SHA256SUMS").write_text(f"{'0' * 64}  {listed}\n")
+    env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{root / 'src'}"}
+    res = subprocess.run([sys.executable, "-m", "difforge", "validate", "--model", "tiny-ursa", "--quick", "--out",
+                          str(out)], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert "files difforge did not write" in res.stderr and len(res.stderr.strip().splitlines()) == 1

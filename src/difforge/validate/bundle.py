@@ -383,10 +383,13 @@ def _listed(folder: Path, flag: str = "--golden", maker: str = "difforge golden"
     """``SHA256SUMS`` as {relative path: sha256}, and the bundle's digest (the sha256 of those very bytes)."""
     import hashlib
 
-    try:
-        raw = (folder / SUMS).read_bytes()
+    from ..runtime.reading import read_bytes
+
+    try:  # the one reading rule: a FIFO or device named SHA256SUMS is refused, not waited on
+        raw = read_bytes(folder / SUMS, limit=MAX_SUMS_BYTES, what=f"{flag} {folder}: {SUMS}", error=GoldenError,
+                         root=folder)
         text = raw.decode("utf-8")
-    except (OSError, UnicodeDecodeError):
+    except (GoldenError, UnicodeDecodeError):
         kind = "golden bundle" if flag == "--golden" else "capture bundle"
         raise GoldenError(f"{flag} {folder} is not a {kind} (no readable {SUMS}); make one with '{maker}'.") from None
     listed: dict[str, str] = {}
@@ -449,7 +452,8 @@ def _holds(listed: set[str], name: Any) -> bool:
     return name in listed or any(n.startswith(name.rstrip("/") + "/") for n in listed)
 
 
-#: Most bytes of a bundle's manifest.json and data.json (the tensors are in tensors.safetensors).
+#: Most bytes of a bundle's SHA256SUMS, manifest.json and data.json (the tensors are in tensors.safetensors).
+MAX_SUMS_BYTES = 16 << 20
 MAX_MANIFEST_BYTES = 16 << 20
 MAX_DATA_BYTES = 512 << 20
 
@@ -570,11 +574,17 @@ def is_bundle_folder(folder: Path) -> bool:
         listed, _digest = _listed(folder)
     except GoldenError:
         return False
+    import hashlib
+
+    from ..runtime.reading import read_bytes
+
     try:
-        if MANIFEST not in listed or sha256_file(folder / MANIFEST) != listed[MANIFEST]:
+        raw = read_bytes(folder / MANIFEST, limit=MAX_MANIFEST_BYTES, what=str(folder / MANIFEST), error=GoldenError,
+                         root=folder)
+        if MANIFEST not in listed or hashlib.sha256(raw).hexdigest() != listed[MANIFEST]:
             return False
-        manifest = _read_json(folder, MANIFEST, MAX_MANIFEST_BYTES, "--out")
-    except (OSError, GoldenError):
+        manifest = json.loads(raw)
+    except (GoldenError, ValueError, RecursionError):
         return False
     if not isinstance(manifest, dict) or manifest.get("format") not in (FORMAT, CAPTURE_FORMAT):
         return False

@@ -15,6 +15,7 @@ folder (an extra file, say the user's notes, makes it "not ours").
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -22,7 +23,6 @@ import tempfile
 from pathlib import Path
 
 from ..errors import OutputError
-from ..runtime.record import sha256_file
 from ..runtime.signals import deferred_signals
 
 SUMS = "SHA256SUMS"
@@ -31,11 +31,27 @@ REPORT_JSON = "report.json"
 REPORT_KEYS = frozenset({"verdict", "exit_code", "rungs", "deliverables"})
 
 
+#: Most bytes read of a previous report's SHA256SUMS and report.json to recognise it (a report is far smaller).
+MAX_SUMS_BYTES = 16 << 20
+MAX_REPORT_JSON_BYTES = 256 << 20
+
+
+def _read(folder: Path, name: str, limit: int) -> str | None:
+    """A file of a folder that may be a previous report, by the one reading rule (a FIFO or device named
+    SHA256SUMS is not waited on); None when it is not a regular, readable, UTF-8 file inside the folder."""
+    from ..errors import DifforgeError
+    from ..runtime.reading import read_text
+
+    try:
+        return read_text(folder / name, limit=limit, what=str(folder / name), root=folder)
+    except DifforgeError:
+        return None
+
+
 def _sums(folder: Path) -> dict[str, str] | None:
     """``SHA256SUMS`` as {relative path: sha256}; None when it is missing or not in that format."""
-    try:
-        text = (folder / SUMS).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+    text = _read(folder, SUMS, MAX_SUMS_BYTES)
+    if text is None:
         return None
     listed: dict[str, str] = {}
     for line in text.splitlines():
@@ -51,11 +67,14 @@ def is_report_folder(folder: Path) -> bool:
     listed = _sums(folder)
     if listed is None or REPORT_JSON not in listed:
         return False
+    text = _read(folder, REPORT_JSON, MAX_REPORT_JSON_BYTES)
+    if text is None:
+        return False
     try:
-        if sha256_file(folder / REPORT_JSON) != listed[REPORT_JSON]:
+        if hashlib.sha256(text.encode("utf-8")).hexdigest() != listed[REPORT_JSON]:
             return False
-        data = json.loads((folder / REPORT_JSON).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(text)
+    except (ValueError, RecursionError):
         return False
     if not isinstance(data, dict) or not data.keys() >= REPORT_KEYS:
         return False
