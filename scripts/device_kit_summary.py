@@ -25,6 +25,10 @@ SAMPLER_GOAL_MS = 1.0
 #: The row each benchmark calls difforge's default.
 URSA_DEFAULT = "optimised (exact)"
 QWEN_DEFAULT = "difforge default"
+#: Said beside a row labelled exact whose tokens differ from the baseline's on the device (issue 27: every
+#: label proven on the device under test).
+UNPROVEN = ("**tokens differ from the baseline's: what this row switches against the baseline is not proven "
+            "exact on this device**")
 #: Said above a table whose benchmark stopped before its end (its JSON is marked ``partial``).
 PARTIAL = "Partial: the run stopped (its cap) after the rows below; the rest was not measured."
 #: The Qwen bench's row of diffusers' own pipeline call (the peer every ratio is also given against).
@@ -63,9 +67,12 @@ def ursa_section(name: str, data: dict[str, Any]) -> list[str]:
         lines[1:1] = ["", PARTIAL]
     for r in rows:
         x = r["extra"]
+        notes = r.get("notes", "")
+        if notes == "exact" and x.get("tokens_equal_baseline") is False:  # a label the device did not bear out
+            notes += f" — {UNPROVEN}"
         lines.append(f"| {r['name']} | {_ms(r['ms_per_step'])} | {base / r['ms_per_step']:.2f}× | "
                      f"{_yes(x.get('tokens_equal_baseline'))} | {_yes(x.get('tokens_equal_eager'))} | "
-                     f"{_gib(r.get('peak_memory_bytes'))} | {r.get('notes', '')} |")
+                     f"{_gib(r.get('peak_memory_bytes'))} | {notes} |")
     for ref in data.get("reference") or []:
         if not ref.get("available"):
             lines += ["", f"Reference (diffnext): not timed — {ref.get('why', '?')}"]

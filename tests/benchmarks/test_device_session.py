@@ -117,3 +117,18 @@ def test_a_partial_run_is_said_to_be_partial(summary_mod) -> None:
     text = "\n".join(summary_mod.ursa_section("ursa1024", data))
     assert "Partial: the run stopped" in text and "goal by default ≤ 55 ms/step" in text
     assert "Partial" not in "\n".join(summary_mod.ursa_section("ursa1024", {**data, "partial": False}))
+
+
+def test_an_exact_label_the_device_does_not_bear_out_is_flagged(summary_mod) -> None:
+    data = {"benchmark": "ursa", "size": "full", "res": 512, "dtype": "float16", "guidance": 7.0, "steps": 8,
+            "reference": [],
+            "results": [{"name": "baseline (exact opts off, eager)", "ms_per_step": 55.0, "notes": "exact",
+                         "extra": {"tokens_equal_baseline": True}},
+                        {"name": "optimised, fused kernels off", "ms_per_step": 50.0, "notes": "exact",
+                         "extra": {"tokens_equal_baseline": False}},
+                        {"name": "optimised + compile", "ms_per_step": 18.0, "notes": "approximate (opt-in)",
+                         "extra": {"tokens_equal_baseline": False}}]}
+    rows = {line.split(" | ")[0]: line for line in summary_mod.ursa_section("ursa512", data) if line.startswith("| ")}
+    assert summary_mod.UNPROVEN in rows["| optimised, fused kernels off"]
+    assert summary_mod.UNPROVEN not in rows["| baseline (exact opts off, eager)"]
+    assert summary_mod.UNPROVEN not in rows["| optimised + compile"]  # labelled approximate: nothing to prove
