@@ -77,7 +77,12 @@ def _preflight(cfg: RunConfig) -> None:
     (``engine.check_outputs``), each may be replaced and can really be written (``runtime.outputs``)."""
     engine.check_outputs(cfg)
     if cfg.output:
-        check_output_file(cfg.output, "--output", overwrite=cfg.overwrite)
+        out = Path(cfg.output)
+        per_frame = (cfg.num_frames > 1 and out.suffix.lower() in engine.IMAGE_SUFFIXES
+                     and out.suffix.lower() not in engine.VIDEO_SUFFIXES)  # save_images' out_000.png ...
+        for path in ([out.with_name(f"{out.stem}_{i:03d}{out.suffix}") for i in range(cfg.num_frames)] if per_frame
+                     else [out]):
+            check_output_file(path, "--output", overwrite=cfg.overwrite)
     for flag, path in (("--record", cfg.record), ("--perf-dump", cfg.perf_dump)):
         if path:
             check_output_file(path, flag, overwrite=cfg.overwrite, kind="json")
