@@ -9,6 +9,7 @@ measure the child's peak RSS (``RUSAGE_CHILDREN``) against 1 GB.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -186,6 +187,29 @@ def test_oversized_configs_are_refused_in_bounded_memory(file: str, limit: int, 
     _pad_json(folder / file, limit + 1)
     res, peak = _cli(*_gen_args(folder, tmp_path))
     _one_line(res, str(folder / file), f"larger than {limit >> 20} MB")
+    assert peak < GB, peak
+
+
+def test_a_tokenizer_just_under_its_cap_loads_in_bounded_memory(tmp_path: Path) -> None:
+    """The cap is what bounds memory: a vocabulary of short entries costs about 20x its file size once held."""
+    from difforge.models.tiny import ensure_tiny
+
+    folder = tmp_path / "tokenizer"
+    shutil.copytree(ensure_tiny("tiny-ursa") / "tokenizer", folder)
+    data = json.loads((folder / "tokenizer.json").read_text())
+    vocab = data["model"]["vocab"]
+    base = len(vocab)
+    per_entry = len('"t00000000": 1000000, ')  # ids stay below 10^7
+    vocab.update({f"t{i:08d}": base + i for i in range((TOKENIZER_LIMIT - (1 << 20)) // per_entry)})
+    text = json.dumps(data)
+    assert TOKENIZER_LIMIT - (3 << 20) < len(text) <= TOKENIZER_LIMIT  # within 3 MB of the cap
+    (folder / "tokenizer.json").write_text(text)
+    code = ("from pathlib import Path\n"
+            "from difforge.models.ursa.tokenizer import PromptTokenizer\n"
+            f"print(len(PromptTokenizer.from_folder(Path({str(folder)!r}))))\n")
+    res, peak = _child("-c", code, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert int(res.stdout) >= len(vocab)  # the added tokens come on top
     assert peak < GB, peak
 
 
