@@ -38,7 +38,7 @@ def test_steps_above_the_ceiling_are_refused(steps: int, monkeypatch: pytest.Mon
     from difforge import api
 
     monkeypatch.setattr(api, "load_pipeline", lambda *a, **k: pytest.fail("loaded before --steps was checked"))
-    assert_refused(runner.invoke(app, ["generate", "-p", "a", "--steps", str(steps)]), f"at most {MAX_STEPS}")
+    assert_refused(runner.invoke(app, ["generate", "--model", "tiny-ursa", "-p", "a", "--steps", str(steps)]), f"at most {MAX_STEPS}")
     with pytest.raises(StepsError):
         RunConfig(model="tiny-ursa", steps=steps)
     RunConfig(model="tiny-ursa", steps=MAX_STEPS)  # the ceiling itself is allowed

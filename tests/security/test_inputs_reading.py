@@ -67,7 +67,7 @@ def test_yaml_alias_bomb_is_refused_in_bounded_memory(tmp_path: Path) -> None:
     bomb = tmp_path / "bomb.yaml"
     bomb.write_text(ALIAS_BOMB)
     assert len(ALIAS_BOMB) < 500  # 9**9 = 387 million strings once expanded
-    code, err, peak = measured("generate", "--config", str(bomb), "-p", "x")
+    code, err, peak = measured("generate", "--model", "tiny-ursa", "--config", str(bomb), "-p", "x")
     one_line(code, err, "aliases")
     assert peak < GB, peak
 
@@ -84,7 +84,8 @@ def test_devices_and_fifos_are_refused_not_read_forever(tmp_path: Path, source: 
             pytest.skip("no /dev/zero here")
     command, option = flag.split()
     extra = ["--out", str(tmp_path / "r")] if command == "validate" else ["-o", str(tmp_path / "a.png")]
-    code, err, peak = measured(command, option, str(path), *extra, timeout=60)
+    model = ["--model", "tiny-ursa"] if command == "generate" else []
+    code, err, peak = measured(command, *model, option, str(path), *extra, timeout=60)
     one_line(code, err, "FIFO" if source == "fifo" else "character device")
     assert peak < GB, peak
     assert not (tmp_path / "r").exists() and not (tmp_path / "a.png").exists()
@@ -94,7 +95,7 @@ def test_oversized_prompt_file_is_refused_in_bounded_memory(tmp_path: Path) -> N
     big = tmp_path / "prompts.txt"
     with big.open("wb") as fh:  # sparse: no disk is used for the hole
         fh.truncate(MAX_PROMPT_FILE_BYTES * 64)
-    code, err, peak = measured("generate", "--prompt-file", str(big), "-o", str(tmp_path / "a.png"))
+    code, err, peak = measured("generate", "--model", "tiny-ursa", "--prompt-file", str(big), "-o", str(tmp_path / "a.png"))
     one_line(code, err, "larger than")
     assert peak < GB, peak
 
@@ -106,9 +107,9 @@ def test_a_prompt_longer_than_any_model_reads_is_refused_before_loading(tmp_path
     monkeypatch.setattr(api, "load_pipeline", lambda *a, **k: pytest.fail("loaded before the prompt was checked"))
     prompts = tmp_path / "p.txt"
     prompts.write_text("a red circle\n" + "x" * (MAX_PROMPT_CHARS + 1) + "\n")
-    result = runner.invoke(cli.app, ["generate", "--prompt-file", str(prompts), "-o", str(tmp_path / "a.png")])
+    result = runner.invoke(cli.app, ["generate", "--model", "tiny-ursa", "--prompt-file", str(prompts), "-o", str(tmp_path / "a.png")])
     assert_refused(result, f"at most {MAX_PROMPT_CHARS}")
-    result = runner.invoke(cli.app, ["generate", "-p", "y" * (MAX_PROMPT_CHARS + 1), "-o", str(tmp_path / "a.png")])
+    result = runner.invoke(cli.app, ["generate", "--model", "tiny-ursa", "-p", "y" * (MAX_PROMPT_CHARS + 1), "-o", str(tmp_path / "a.png")])
     assert_refused(result, f"at most {MAX_PROMPT_CHARS}")
     assert not (tmp_path / "a.png").exists()
 
@@ -123,14 +124,15 @@ def test_running_out_of_memory_while_reading_config_is_one_line(tmp_path: Path,
         raise MemoryError
 
     monkeypatch.setattr(cli, "_read_config", exhausted)
-    assert_refused(runner.invoke(cli.app, ["generate", "--config", str(config), "-p", "x"]), "too large")
+    assert_refused(runner.invoke(cli.app, ["generate", "--model", "tiny-ursa", "--config", str(config), "-p", "x"]), "too large")
 
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])
 def test_deeply_nested_config_is_one_line(tmp_path: Path, suffix: str) -> None:
     config = tmp_path / f"c{suffix}"
     config.write_text('{"steps": ' + "[" * 200_000 + "]" * 200_000 + "}")
-    assert_refused(runner.invoke(cli.app, ["generate", "--config", str(config), "-p", "x"]), f"--config {config}")
+    assert_refused(runner.invoke(cli.app, ["generate", "--model", "tiny-ursa", "--config", str(config), "-p", "x"]),
+                   f"--config {config}")
 
 
 # ---- W6: prompt sets -----------------------------------------------------------------------------------

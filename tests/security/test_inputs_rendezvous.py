@@ -42,7 +42,7 @@ def _rank0(tmp_path: Path, wait_s: str) -> tuple[subprocess.Popen[str], int]:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'src'}", "WORLD_SIZE": "2", "RANK": "0",
            "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), RENDEZVOUS_ENV: wait_s}
     env.pop("DIFFORGE_DEBUG", None)
-    cmd = [sys.executable, "-m", "difforge", "generate", "--parallel", "cfg", "--device", "cpu", "-p", "a red circle",
+    cmd = [sys.executable, "-m", "difforge", "generate", "--model", "tiny-ursa", "--parallel", "cfg", "--device", "cpu", "-p", "a red circle",
            "--steps", "2", "--height", "64", "--width", "64", "--quiet", "-o", str(tmp_path / "out.png")]
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), port
 

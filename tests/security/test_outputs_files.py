@@ -23,7 +23,7 @@ from difforge.runtime.outputs import SOFTWARE, is_difforge_json, is_difforge_pic
 from tests.test_cli_inputs import assert_refused
 
 runner = CliRunner()
-RUN = ["-p", "a red circle", "--steps", "2", "--height", "64", "--width", "64", "--device", "cpu", "--quiet"]
+RUN = ["--model", "tiny-ursa", "-p", "a red circle", "--steps", "2", "--height", "64", "--width", "64", "--device", "cpu", "--quiet"]
 
 
 @pytest.fixture
