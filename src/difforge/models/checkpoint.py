@@ -33,16 +33,23 @@ WEIGHTS_NAME = "diffusion_pytorch_model"
 #: The most bytes difforge (or a library it hands the folder to) may read of a model folder's small
 #: files - one place for every loader.  Generous: the largest real ones are Qwen2's tokenizer.json
 #: (7 MB) and a 20B model's shard index (about 200 KB); a file far beyond them is not that file.
-#: The tokenizer cap is what keeps a load under 1 GB: a vocabulary of short entries costs about 20x
-#: its file size once the tokenizers library and Python hold it (a 65 MB tokenizer.json peaked at
-#: 1.37 GB, a 33 MB one at 830 MB, 24 MB at the figure tests/models/test_model_folder_reading.py
-#: measures); a JSON config costs about 2.4x.
+#: A JSON config costs about 2.4x its size while parsed; a tokenizer far more (a 65 MB tokenizer.json
+#: of short entries peaked at 1.37 GB), so tokenizer files are also bounded by their entry counts
+#: (:data:`MAX_VOCAB`): with both bounds a Qwen folder's two largest accepted tokenizers load in
+#: 801 MB (tests/models/test_model_folder_reading.py).
 CONFIG_LIMIT = 16 << 20
 TOKENIZER_LIMIT = 24 << 20
 #: Tokenizer files, by name or suffix (vocabularies and merge lists are as large as tokenizer.json).
 _TOKENIZER_FILES = frozenset({"tokenizer.json", "vocab.json", "merges.txt", "added_tokens.json"})
 _TOKENIZER_SUFFIXES = (".txt", ".model", ".tiktoken")
 _CONFIG_SUFFIXES = (".json", ".jinja", ".yaml", ".yml")
+#: The most entries a tokenizer's vocabulary, merge list and added tokens may hold.  Bytes alone do not
+#: bound a tokenizer's memory (short entries cost the tokenizers library and Python about 500 bytes
+#: each: a 23 MB tokenizer.json of 1.1M entries held 530 MB, and Qwen folders load two); entries do.
+#: Qwen2's vocabulary has 151,643 entries and 151,387 merges; the largest in use (Gemma's) 262,144.
+MAX_VOCAB = 1 << 18
+MAX_MERGES = 1 << 18
+MAX_ADDED_TOKENS = 1 << 16
 #: A model folder with more entries than this is not a model folder (the walk below would take minutes).
 MAX_FOLDER_ENTRIES = 100_000
 #: Bookkeeping folders of the tools that download models; no loader reads them.
@@ -292,6 +299,47 @@ def check_tree(folder: Path) -> None:
                     f"{path} is larger than {describe_size(limit)}, the most difforge reads for a file of its kind;"
                     " it cannot be the file it should be."
                 )
+            if entry.name in _COUNTED:
+                check_tokenizer_counts(path, folder)
+
+
+def _entries(value: Any) -> int:
+    return len(value) if isinstance(value, dict | list) else 0
+
+
+def check_tokenizer_counts(path: Path, root: Path) -> None:
+    """Refuse a tokenizer file whose vocabulary, merges or added tokens outnumber :data:`MAX_VOCAB` and kin.
+
+    ``tokenizer.json`` and ``vocab.json`` are parsed (at most :data:`TOKENIZER_LIMIT` bytes, about 2.4x
+    that while parsing) and ``merges.txt`` counted by lines, before any tokenizer library holds them.
+    """
+    raw = read_model_bytes(path, root, TOKENIZER_LIMIT)
+    if path.name == "merges.txt":
+        counts = {"merges": raw.count(b"\n")}
+    else:
+        try:
+            data = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            raise CheckpointError(f"{path} is not valid JSON.") from None
+        if not isinstance(data, dict):
+            raise CheckpointError(f"{path} must hold a JSON object.")
+        if path.name == "vocab.json":
+            counts = {"vocabulary": len(data)}
+        else:
+            model = data.get("model") if isinstance(data.get("model"), dict) else {}
+            counts = {"vocabulary": _entries(model.get("vocab")), "merges": _entries(model.get("merges")),
+                      "added tokens": _entries(data.get("added_tokens"))}
+    bounds = {"vocabulary": MAX_VOCAB, "merges": MAX_MERGES, "added tokens": MAX_ADDED_TOKENS}
+    for what, count in counts.items():
+        if count > bounds[what]:
+            raise CheckpointError(
+                f"{path} holds {count} {what} entries, more than the {bounds[what]} difforge accepts (Qwen2's"
+                " vocabulary has 151,643); it cannot be the tokenizer it should be."
+            )
+
+
+#: The tokenizer files whose entries are counted by :func:`check_tokenizer_counts`.
+_COUNTED = frozenset({"tokenizer.json", "vocab.json", "merges.txt"})
 
 
 def load_component_state_dict(
