@@ -700,7 +700,7 @@ class _Climb:
         bench = self.rungs.get("benchmark")
         step_s = ((bench.data or {}).get("step") or {}).get("median") if bench is not None else None
         if steps and step_s:
-            line += f"; the device's share about {n * steps * step_s:.0f} s"
+            line += f"; the device's share about {n * steps * step_s:.0f} s at its benchmark step time"
         return line + ")"
 
     def msprobe(self, runs: _RefRuns) -> dict[str, Any]:
