@@ -120,8 +120,10 @@ class Ladder:
         self.ref_dtype: torch.dtype = self.ref_backend.resolve_dtype(ref_dtype)
         self.family = family_of(options.model)
         self.probe_type = probe_class(self.family)
-        self.prompts = (read_prompts(options.prompts) if options.prompts else
-                        validation_prompts(options.model) or list(self.probe_type.default_prompts))
+        own = validation_prompts(options.model)
+        #: A built-in trained model validates on its own prompts (and its own default negative prompt).
+        self.own_prompts = own is not None
+        self.prompts = (read_prompts(options.prompts) if options.prompts else own or list(self.probe_type.default_prompts))
         #: What --quick lowered ("steps 25 -> 4" ...), only what it changed; the report lists it.
         self.quick_reductions: list[str] = []
         if self.quick:
@@ -210,7 +212,10 @@ class Ladder:
     def config(self, prompt: str, seed: int, backend: Backend, dtype: torch.dtype) -> RunConfig:
         """The device under test's run: every shipped option (the DUT_ONLY ones too); see :meth:`plain`."""
         steps = self.o.steps if self.o.steps is not None else (QUICK_STEPS if self.quick else None)
-        shipped = {"negative_prompt": self.probe_type.negative_prompt, **self.o.run_overrides()}
+        # a built-in trained model (its own validation prompts) keeps its pipeline's negative prompt, as generate does:
+        # the family's (URSA's seed sentence) is words it never saw - a warning and a note on every clean run
+        negative = None if self.own_prompts else self.probe_type.negative_prompt
+        shipped = {"negative_prompt": negative, **self.o.run_overrides()}
         return RunConfig(
             model=self.o.model, prompt=prompt, device=str(backend.device), dtype=dtype_name(dtype),
             height=self.o.height, width=self.o.width, steps=steps, seed=seed, images=list(self.image_paths),
