@@ -157,6 +157,16 @@ def test_a_fifo_is_named_a_fifo_and_nothing_hangs(family: str, file: str, tmp_pa
     assert "Missing" not in err
 
 
+@pytest.mark.parametrize("family", ["tiny-ursa", "tiny-qwen-edit"])
+def test_a_component_that_is_a_file_is_not_called_missing(family: str, tmp_path: Path, in_png: Path) -> None:
+    folder = copy_model(family, tmp_path)
+    shutil.rmtree(folder / "vae")
+    (folder / "vae").write_text("not a folder")
+    result = generate(folder, tmp_path) if family == "tiny-ursa" else edit(folder, in_png, tmp_path)
+    err = one_line_error(result, str(folder / "vae"), "is a regular file, not a folder")
+    assert "Missing" not in err
+
+
 def test_a_damaged_built_in_cache_says_how_to_rebuild(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from difforge.models.tiny import ensure_tiny, manifest_path
 

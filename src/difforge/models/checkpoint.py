@@ -92,6 +92,20 @@ def model_file(path: Path, root: Path | None = None, limit: int | None = None) -
     return path
 
 
+def check_component_folder(path: Path, missing_hint: str = "") -> Path:
+    """``path`` when it is a folder; else one CheckpointError that says what it is (missing, a file, a FIFO)."""
+    if path.is_dir():
+        return path
+    if not os.path.lexists(path):
+        raise CheckpointError(f"Missing component folder {path}{missing_hint}.")
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:  # a dangling link or a loop
+        raise CheckpointError(f"Component folder {path} cannot be opened ({exc.strerror or exc}).") from None
+    kind = "a regular file" if stat.S_ISREG(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a folder"
+    raise CheckpointError(f"Component folder {path} is {kind}, not a folder.")
+
+
 def read_model_bytes(path: Path, root: Path | None = None, limit: int = CONFIG_LIMIT) -> bytes:
     """The bytes of a model-folder file, by the one reading rule (:mod:`difforge.runtime.reading`): a regular
     file inside the model folder ``root`` after every link, at most ``limit`` bytes."""

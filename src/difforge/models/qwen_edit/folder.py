@@ -18,6 +18,7 @@ from pathlib import Path
 from ...errors import CheckpointError
 from ..checkpoint import (
     WEIGHTS_NAME,
+    check_component_folder,
     check_safetensors_header,
     check_tree,
     config_class_names,
@@ -75,8 +76,7 @@ def check_model_folder(folder: Path, skip_weights: frozenset[str] = frozenset())
                 f"{folder / 'model_index.json'} lists {name} as {entry!r}; difforge only loads {list(expected)} there."
             )
         sub = folder / name
-        if not sub.is_dir():
-            raise CheckpointError(f"Missing component folder {sub}; the checkpoint download is incomplete.")
+        check_component_folder(sub, "; the checkpoint download is incomplete")
         config_name, weights_name = _FILES[name]
         if config_name is not None:
             read_json(sub / config_name, root=folder)

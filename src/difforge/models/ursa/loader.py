@@ -22,6 +22,7 @@ from ...errors import CheckpointError, ModelFamilyError
 from ...runtime.meta import on_meta
 from ..checkpoint import (
     SETTINGS_FILE,
+    check_component_folder,
     check_finite,
     check_tree,
     config_class_names,
@@ -72,8 +73,7 @@ def component_classes(folder: Path) -> dict[str, str]:
             raise CheckpointError(f"{folder / 'model_index.json'} has no usable '{name}' entry.")
         if allowed is not None and cls not in allowed:
             raise ModelFamilyError(f"URSA component '{name}' is a {cls}; difforge knows {', '.join(allowed)}.")
-        if not (folder / name).is_dir():
-            raise CheckpointError(f"Missing component folder {folder / name}.")
+        check_component_folder(folder / name)
         out[name] = cls
     check_configs(folder)
     return out
