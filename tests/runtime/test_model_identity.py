@@ -102,3 +102,15 @@ def test_paths_multiplied_by_links_are_bounded(tmp_path: Path, monkeypatch: pyte
             (here / name).symlink_to(below, target_is_directory=True)
     with pytest.raises(CheckpointError, match="more than 1000 entries"):
         model_file_hashes(model)
+
+
+def test_file_sha256_refuses_what_is_not_a_regular_file(tmp_path: Path) -> None:
+    from difforge.errors import InputError
+    from difforge.runtime.hashes import file_sha256
+
+    os.mkfifo(tmp_path / "f")
+    with pytest.raises(InputError, match="is a FIFO, not a regular file"):
+        file_sha256(tmp_path / "f")
+    if Path("/dev/zero").exists():
+        with pytest.raises(InputError, match="character device"):
+            file_sha256("/dev/zero")

@@ -15,9 +15,9 @@ import posixpath
 import stat
 from pathlib import Path
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, InputError
 from .atomic import atomic_write_text
-from .reading import read_bytes
+from .reading import check_file, read_bytes
 from .record import sha256_file
 
 CACHE_NAME = "sha256-cache.json"
@@ -41,6 +41,7 @@ def _load(path: Path) -> dict[str, dict]:
 def file_sha256(path: str | Path) -> str:
     """The sha256 of ``path``, from the cache when the file is unchanged since it was last hashed."""
     target = Path(path).resolve()
+    check_file(target, what=str(path), error=InputError)  # a FIFO or a device would block or never end
     st = target.stat()
     if st.st_size < MIN_CACHED_BYTES:
         return sha256_file(target)
