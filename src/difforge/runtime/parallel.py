@@ -60,6 +60,8 @@ LAUNCH_ENV = ("WORLD_SIZE", "RANK", "LOCAL_RANK")
 #: minutes, spent in C++ where Ctrl-C and SIGTERM go unanswered): ``DIFFORGE_RENDEZVOUS_TIMEOUT`` overrides it.
 RENDEZVOUS_ENV = "DIFFORGE_RENDEZVOUS_TIMEOUT"
 DEFAULT_RENDEZVOUS_S = 300.0
+#: How much longer torch's own store waits than difforge does (so difforge always gives up first).
+STORE_MARGIN_S = 600.0
 
 
 class PeerFailed(DifforgeError):
@@ -90,20 +92,40 @@ def rendezvous_timeout() -> float:
     return value
 
 
-def _rendezvous(join: Callable[[], None], timeout_s: float, info: RankInfo) -> None:
-    """Run ``join`` (opening the process group) in a helper thread while this thread waits in short slices.
+def _meet(info: RankInfo, timeout_s: float, serial: int) -> Any:
+    """Connect to the rendezvous store (``env://``: torchrun's agent store, or rank 0's) and wait until every rank
+    has: the part of opening a process group that waits for the peers.  Returns the store."""
+    import datetime
+
+    import torch.distributed as dist
+
+    # torch's own wait outlasts the caller's, so the caller gives up first and this thread is still inside it (see
+    # _rendezvous); a C++ timeout first would also print torch's multi-line retry log.
+    store, _rank, _world = next(dist.rendezvous("env://", info.rank, info.world_size,
+                                                timeout=datetime.timedelta(seconds=timeout_s + STORE_MARGIN_S)))
+    key = f"difforge/joined/{serial}"
+    store.add(key, 1)
+    while store.add(key, 0) < info.world_size:  # every rank connected, not only rank 0's store host
+        time.sleep(0.05)
+    return store
+
+
+def _rendezvous(info: RankInfo, timeout_s: float, serial: int) -> Any:
+    """The store once every rank has joined (:func:`_meet`), waited for in a helper thread.
 
     torch waits for the peers inside C++ (with the GIL released), where Python's signal handlers never run, so
     Ctrl-C and SIGTERM were ignored for up to half an hour.  Waiting here instead, the main thread takes them
     at once (KeyboardInterrupt / :class:`~difforge.runtime.signals.Terminated`: exit 130 / 143, nothing written
-    yet), and gives up after ``timeout_s``.  The helper is a daemon thread: a rank that gives up exits without it.
+    yet), and gives up after ``timeout_s``.  Only the waiting runs in the helper (a daemon thread, left behind by
+    a rank that gives up); the process group itself, and its device communicator, are made on the main thread.
     """
     done = threading.Event()
+    result: list[Any] = []
     failure: list[BaseException] = []
 
     def run() -> None:
         try:
-            join()
+            result.append(_meet(info, timeout_s, serial))
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
             failure.append(exc)
         finally:
@@ -113,12 +135,16 @@ def _rendezvous(join: Callable[[], None], timeout_s: float, info: RankInfo) -> N
     deadline = time.monotonic() + timeout_s
     while not done.wait(0.1):
         if time.monotonic() >= deadline:
-            raise RendezvousTimeout(
-                f"rank {info.rank} of {info.world_size}: the other ranks did not join the process group within "
-                f"{timeout_s:g} s (WORLD_SIZE={info.world_size}); start every rank with torchrun "
-                f"(or set {RENDEZVOUS_ENV} to wait longer).")
+            break
+    if not done.is_set():  # the helper stays blocked in torch's wait until the process ends: it never returns into
+        # a finalising interpreter (a C++ frame unwound by a dying thread aborts the process: exit 134)
+        raise RendezvousTimeout(
+            f"rank {info.rank} of {info.world_size}: the other ranks did not join the process group within "
+            f"{timeout_s:g} s (WORLD_SIZE={info.world_size}); start every rank with torchrun "
+            f"(or set {RENDEZVOUS_ENV} to wait longer).")
     if failure:
         raise failure[0]
+    return result[0]
 
 
 class RankFailed(DifforgeError):
@@ -401,7 +427,7 @@ def rank_backend(spec: str, info: RankInfo) -> Backend:
 
 
 def _start(mode: str, backend: Backend, info: RankInfo, timeout_s: float | None = None) -> Group:
-    global _ACTIVE
+    global _ACTIVE, _OPENED
     import datetime
 
     import torch.distributed as dist
@@ -413,15 +439,16 @@ def _start(mode: str, backend: Backend, info: RankInfo, timeout_s: float | None 
         kwargs["device_id"] = backend.device  # nccl/hccl: bind the rank's device to its group
     wait_s = rendezvous_timeout()
     try:
-        _rendezvous(lambda: dist.init_process_group(backend.dist_backend, rank=info.rank, world_size=info.world_size,
-                                                    **kwargs), wait_s, info)
+        store = _rendezvous(info, wait_s, _OPENED + 1)
+        store.set_timeout(kwargs.get("timeout", datetime.timedelta(minutes=30)))  # what torch gives its own store
+        dist.init_process_group(backend.dist_backend, store=dist.PrefixStore("default_pg", store), rank=info.rank,
+                                world_size=info.world_size, **kwargs)
     except DifforgeError:
         raise
     except Exception as exc:  # noqa: BLE001 - one sentence, whatever the rendezvous says
         msg = " ".join(str(exc).split())[:200]
         raise RankFailed(f"could not open the {backend.dist_backend} process group (rank {info.rank} of "
                          f"{info.world_size}): {msg}") from None
-    global _OPENED
     _OPENED += 1
     group = Group(mode, info, backend, serial=_OPENED)
     _ACTIVE = group
