@@ -26,7 +26,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 
 from ..errors import CheckpointError
-from ..runtime.reading import check_file, describe_size, read_bytes, resolve_inside
+from ..runtime.reading import check_file, describe_size, kind_of, read_bytes, resolve_inside
 
 WEIGHTS_NAME = "diffusion_pytorch_model"
 
@@ -102,8 +102,7 @@ def check_component_folder(path: Path, missing_hint: str = "") -> Path:
         mode = os.stat(path).st_mode
     except OSError as exc:  # a dangling link or a loop
         raise CheckpointError(f"Component folder {path} cannot be opened ({exc.strerror or exc}).") from None
-    kind = "a regular file" if stat.S_ISREG(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a folder"
-    raise CheckpointError(f"Component folder {path} is {kind}, not a folder.")
+    raise CheckpointError(f"Component folder {path} is {kind_of(mode)}, not a folder.")
 
 
 def read_model_bytes(path: Path, root: Path | None = None, limit: int = CONFIG_LIMIT) -> bytes:

@@ -48,7 +48,10 @@ def describe_size(limit: int) -> str:
     return f"{limit} bytes"
 
 
-def _kind(mode: int) -> str:
+def kind_of(mode: int) -> str:
+    """What an ``st_mode`` is, in words (``a FIFO``, ``a folder``, ``a regular file`` ...)."""
+    if stat.S_ISREG(mode):
+        return "a regular file"
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
@@ -105,10 +108,10 @@ def _open(target: Path, what: str, error: type[DifforgeError]) -> int:
         raise error(f"{what} cannot be read (permission denied).") from None
     except OSError as exc:
         try:  # a socket cannot be opened at all (ENXIO): say what it is all the same
-            kind = _kind(os.stat(target).st_mode)
+            kind = kind_of(os.stat(target).st_mode)
         except OSError:
             kind = ""
-        if kind and kind != "not a regular file":
+        if kind and kind not in ("a regular file", "not a regular file"):
             raise error(f"{what} is {kind}, not a regular file.") from None
         raise error(f"{what} cannot be opened ({exc.strerror or exc}).") from None
 
@@ -122,7 +125,7 @@ def _open_checked(
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise error(f"{what} is {_kind(st.st_mode)}, not a regular file.")
+            raise error(f"{what} is {kind_of(st.st_mode)}, not a regular file.")
         if root is not None:
             opened = _opened_path(fd)
             if opened is not None and opened.is_absolute() and not _within(opened, [Path(root).resolve(), *also]):
@@ -230,4 +233,4 @@ def read_text(
         raise error(f"{what} is not UTF-8 text (byte {exc.start} cannot be decoded).") from None
 
 
-__all__ = ["check_file", "describe_size", "open_file", "read_bytes", "read_text", "resolve_inside"]
+__all__ = ["check_file", "describe_size", "kind_of", "open_file", "read_bytes", "read_text", "resolve_inside"]
