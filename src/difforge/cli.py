@@ -220,9 +220,20 @@ def _read_config(path: Path) -> Any:
         return yaml.load(text, Loader=_yaml_loader())  # noqa: S506 - a SafeLoader that also refuses aliases
     except (MemoryError, RecursionError):
         raise
+    except _AliasRefused as exc:
+        raise InputError(f"--config {path} uses a YAML alias (*name) on line {exc.line}; write each value out (an "
+                         "alias can expand a few hundred bytes into gigabytes).") from None
     except Exception as exc:
         raise InputError(f"--config {path} is not valid {'JSON' if as_json else 'YAML'} "
                          f"({' '.join(str(exc).split())[:160]}).") from None
+
+
+class _AliasRefused(Exception):
+    """A YAML alias in ``--config`` (at ``line``)."""
+
+    def __init__(self, line: int) -> None:
+        super().__init__(line)
+        self.line = line
 
 
 def _yaml_loader() -> Any:
@@ -232,8 +243,7 @@ def _yaml_loader() -> Any:
 
     class NoAliasLoader(yaml.SafeLoader):
         def fetch_alias(self) -> None:
-            raise yaml.MarkedYAMLError(None, None, "YAML aliases (*name) are not accepted in a config file; write "
-                                                   "each value out", self.get_mark())
+            raise _AliasRefused(self.get_mark().line + 1)
 
     return NoAliasLoader
 

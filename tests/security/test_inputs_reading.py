@@ -68,7 +68,7 @@ def test_yaml_alias_bomb_is_refused_in_bounded_memory(tmp_path: Path) -> None:
     bomb.write_text(ALIAS_BOMB)
     assert len(ALIAS_BOMB) < 500  # 9**9 = 387 million strings once expanded
     code, err, peak = measured("generate", "--model", "tiny-ursa", "--config", str(bomb), "-p", "x")
-    one_line(code, err, "aliases")
+    one_line(code, err, "uses a YAML alias (*name) on line 2")
     assert peak < GB, peak
 
 
