@@ -259,6 +259,16 @@ def test_a_backtracking_tokenizer_regex_is_one_line(tmp_path: Path) -> None:
     assert "panicked" not in res.stderr and "Traceback" not in res.stderr
 
 
+def test_a_panic_only_a_prompt_triggers_is_one_line_too(tmp_path: Path) -> None:
+    """The load-time probe text has no run of ``q``; the prompt does: the panic at encode time is caught too."""
+    folder = copy_model("tiny-ursa", tmp_path)
+    edit_json(folder / "tokenizer" / "tokenizer.json", lambda t: t.update(
+        normalizer={"type": "Replace", "pattern": {"Regex": "(q|q)+$"}, "content": "x"}))
+    res, _ = _cli(*_gen_args(folder, tmp_path, prompt="q" * 40 + "z"))
+    _one_line(res, "The tokenizer (tokenizer.json) made the tokenizers library fail")
+    assert "panicked" not in res.stderr
+
+
 # ---- W1 / B1: scheduler values of the wrong type or impossible ------------------------------------------
 
 BAD_SCHEDULER = {
