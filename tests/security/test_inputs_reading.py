@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from difforge import cli
 from difforge.config import MAX_PROMPT_CHARS
 from difforge.validate.inputs import MAX_PROMPT_FILE_BYTES
+from tests.memory import PEAK_RSS_CODE
 from tests.test_cli_inputs import assert_refused
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,8 +28,8 @@ runner = CliRunner()
 GB = 1 << 30
 
 #: Runs the CLI in a fresh interpreter and prints its own peak RSS (bytes) last on stderr.
-MEASURE = textwrap.dedent("""
-    import resource, sys
+MEASURE = PEAK_RSS_CODE + textwrap.dedent("""
+    import sys
     from difforge.cli import main
     sys.argv = ["difforge", *sys.argv[1:]]
     try:
@@ -36,7 +37,7 @@ MEASURE = textwrap.dedent("""
         code = 0
     except SystemExit as exc:
         code = exc.code
-    print(f"peak-rss {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}", file=sys.stderr)
+    print(f"peak-rss {peak_rss_bytes()}", file=sys.stderr)
     sys.exit(code)
 """)
 

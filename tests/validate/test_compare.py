@@ -18,6 +18,7 @@ from difforge.errors import InputError
 from difforge.runtime.images import test_picture as picture
 from difforge.validate.compare import MAX_PIXELS, NO_FLOOR_WHY, compare, image_size
 from difforge.validate.thresholds import NO_FLOOR_COS_DIST
+from tests.memory import PEAK_RSS_CODE
 
 
 def _noisy(img: Image.Image, levels: float, seed: int) -> Image.Image:
@@ -155,12 +156,12 @@ def test_two_9999_pixel_pngs_are_refused_in_under_1_gb(tmp_path: Path) -> None:
     for side in ("a", "b"):
         (tmp_path / side).mkdir()
         Image.new("1", (9999, 9999)).save(tmp_path / side / "x.png")  # 12 KB on disk, 300 MB as RGB
-    code = ("import resource, sys\n"
+    code = (PEAK_RSS_CODE + "import sys\n"
             "from difforge.errors import InputError\n"
             "from difforge.validate.compare import compare\n"
             "try:\n    compare(sys.argv[1], sys.argv[2])\n    print('judged')\n"
             "except InputError as exc:\n    print('refused:', exc)\n"
-            "print('peak_mb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n")
+            "print('peak_mb', peak_rss_bytes() / 2**20)\n")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "a"), str(tmp_path / "b")],
                          capture_output=True, text=True, timeout=300, check=True).stdout
     assert "refused:" in out and "9999x9999" in out, out
