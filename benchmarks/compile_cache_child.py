@@ -1,7 +1,8 @@
 """One process's regional compile of a tiny-ursa-shaped decoder layer; prints its compile seconds as JSON.
 
-Run twice with the same ``DIFFORGE_HOME`` by ``test_compile_cache.py``: the second process finds the
-first one's graphs and kernels on disk.  The compile's cost is the first two compiled forwards less two
+Run twice with the same ``DIFFORGE_HOME`` by ``benchmarks/bench_compile_cache.py`` (the time ratio) and by
+``tests/devices/test_compile_cache.py`` (the cache hits): the second process finds the first one's graphs and
+kernels on disk.  The compile's cost is the first two compiled forwards less two
 steady ones (the first call compiles; the second may still finish guards and caches).
 """
 
@@ -43,7 +44,11 @@ def main() -> None:
             model(ids, pos)
             times.append(time.perf_counter() - t0)
     steady = min(times[2:])
-    print(json.dumps({"compile_s": times[0] + times[1] - 2 * steady, "calls_s": times, "folders": caches.folders}))
+    from torch._dynamo.utils import counters
+
+    graphs = {k: int(v) for k, v in counters["inductor"].items() if k.startswith("fxgraph_cache")}
+    print(json.dumps({"compile_s": times[0] + times[1] - 2 * steady, "calls_s": times, "folders": caches.folders,
+                      "fxgraph_cache": graphs}))
 
 
 if __name__ == "__main__":

@@ -355,10 +355,8 @@ def generate(
     quiet: Quiet = False,
 ) -> None:
     """Text-to-image with URSA (native, any device)."""
-    if model is None:  # a first try without --model must not pass noise off as a picture
-        typer.echo("difforge: warning: no --model given: tiny-ursa has random weights and draws noise; "
-                   "--model shapes-ursa draws shapes captions, or give a model folder.", err=True)
-        model = "tiny-ursa"
+    defaulted = model is None
+    model = model or "tiny-ursa"
     with spinner("importing torch", quiet):
         from . import api
 
@@ -387,6 +385,9 @@ def generate(
         quiet=quiet or as_json,
         parallel=parallel,
     )
+    if defaulted:  # after the picture is saved: a refused run stays one line, a made one must not pass noise off
+        typer.echo("difforge: warning: no --model given: tiny-ursa has random weights and its picture is noise; "
+                   "--model shapes-ursa draws shapes captions, or give a model folder.", err=True)
 
 
 @app.command()

@@ -111,21 +111,24 @@ def test_auto_compile_rents_until_eager_has_lost_the_compile_cost() -> None:
     assert auto_compile(CUDA, step_s, int(warm_steps), 25, True).compile
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not compile_policy("cpu").available, reason=f"no CPU compile here: {compile_policy('cpu').detail}")
-def test_second_process_compiles_at_least_5x_faster(tmp_path: Path) -> None:
-    """The same model compiled in two processes with one DIFFORGE_HOME: the second reads graphs and kernels."""
+def test_a_second_process_compiles_from_the_first_ones_cache(tmp_path: Path) -> None:
+    """The same model compiled in two processes with one DIFFORGE_HOME: the first misses Inductor's graph cache and
+    fills it under DIFFORGE_HOME, the second hits it for every graph.  How much time that saves is a benchmark's
+    question (benchmarks/bench_compile_cache.py, ratio in benchmarks/RESULTS.md), not a timed unit test's."""
     env = {k: v for k, v in os.environ.items() if k not in (*comp.CACHE_ENV, *comp.CACHE_SWITCH_ENV)}
     env.update(DIFFORGE_HOME=str(tmp_path), PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
 
-    def compile_seconds() -> float:
-        out = subprocess.run([sys.executable, "-m", "tests.devices.compile_cache_child"], cwd=ROOT, env=env,
+    def one_process() -> dict[str, int]:
+        out = subprocess.run([sys.executable, "-m", "benchmarks.compile_cache_child"], cwd=ROOT, env=env,
                              capture_output=True, text=True, timeout=600, check=True)
         info = json.loads(out.stdout.strip().splitlines()[-1])
         assert info["folders"]["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "compile" / "inductor")
-        return float(info["compile_s"])
+        return info["fxgraph_cache"]
 
-    cold = compile_seconds()
+    cold = one_process()
+    assert cold.get("fxgraph_cache_miss", 0) > 0 and cold.get("fxgraph_cache_hit", 0) == 0, cold
     assert any((tmp_path / "compile" / "inductor").rglob("*")), "the first process left nothing in the cache"
-    warm = compile_seconds()
-    assert cold >= 5 * warm, f"cold {cold:.1f} s, warm {warm:.1f} s: less than 5x"
+    warm = one_process()
+    assert warm.get("fxgraph_cache_hit", 0) >= cold["fxgraph_cache_miss"], (cold, warm)
+    assert warm.get("fxgraph_cache_miss", 0) == 0, warm
