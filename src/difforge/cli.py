@@ -45,9 +45,11 @@ class OneLineUsageErrors(TyperGroup):
         except click_errors.UsageError as exc:
             if type(exc).__name__ == "NoArgsIsHelpError":  # no arguments: click printed the help already
                 sys.exit(exc.exit_code)
-            command = exc.ctx.command_path if exc.ctx is not None else "difforge"
             message = " ".join(exc.format_message().split())
-            typer.echo(f"difforge: error: {message} ('{command} --help' lists the options)", err=True)
+            if exc.ctx is not None or not message.endswith("lists the options)"):
+                command = exc.ctx.command_path if exc.ctx is not None else "difforge"
+                message += f" ('{command} --help' lists the options)"
+            typer.echo(f"difforge: error: {message}", err=True)
             sys.exit(2)
         except click_errors.ClickException as exc:
             exc.show()
@@ -56,6 +58,53 @@ class OneLineUsageErrors(TyperGroup):
             typer.echo("difforge: error: aborted.", err=True)
             sys.exit(1)
         sys.exit(rv if isinstance(rv, int) else 0)
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        """The subcommand, after refusing a single-valued option given twice: click keeps the last value, so
+        ``--steps 2 --num-inference-steps 3`` ran 3 steps without a word."""
+        name, command, rest = super().resolve_command(ctx, args)
+        if command is not None:
+            try:
+                repeated_option(command, rest)
+            except click_errors.UsageError as exc:
+                raise click_errors.UsageError(f"{exc.message} ('{ctx.command_path} {name} --help' lists the "
+                                              "options)", None) from None
+        return name, command, rest
+
+
+def repeated_option(command: Any, args: list[str]) -> None:
+    """Raise a usage error naming the spellings when one single-valued option appears twice in ``args``.
+
+    Every spelling of an option (``--steps``, ``--num-inference-steps`` ...; ``--x``/``--no-x``) counts as that
+    option; repeatable options (``--fast``, ``--image`` ...) may repeat.  Values are skipped as click would
+    read them, and ``--`` ends the options."""
+    by_name: dict[str, Any] = {}
+    for param in command.params:
+        if getattr(param, "param_type_name", "") == "option":
+            for opt in (*param.opts, *param.secondary_opts):
+                by_name[opt] = param
+    seen: dict[str, list[str]] = {}
+    i = 0
+    while i < len(args):
+        token = args[i]
+        i += 1
+        if token == "--":
+            break
+        spelling = token.split("=", 1)[0] if token.startswith("--") else token
+        param = by_name.get(spelling)
+        if param is None:
+            continue
+        if not param.is_flag and not param.count and "=" not in token:
+            i += 1  # its value
+        if param.multiple or param.count:
+            continue
+        seen.setdefault(param.name or spelling, []).append(spelling)
+    for spellings in seen.values():
+        if len(spellings) > 1:
+            names = list(dict.fromkeys(spellings))
+            said = (f"{names[0]} is given {len(spellings)} times" if len(names) == 1 else
+                    f"{' and '.join(names)} name one option, given {len(spellings)} times")
+            raise click_errors.UsageError(f"{said}; give it once.", None)
 
 
 app = typer.Typer(
@@ -116,6 +165,10 @@ def _main(
 #: The spellings users bring from diffusers / the seed scripts are accepted beside difforge's own.
 MODEL_NAMES = ("--model", "-m", "--model-path", "--model_path")
 STEP_NAMES = ("--steps", "--num-inference-steps", "--num_inference_steps", "--num-steps", "--num_steps")
+NEGATIVE_NAMES = ("--negative-prompt", "--negative_prompt")
+TRUE_CFG_NAMES = ("--true-cfg", "--true-cfg-scale", "--true_cfg_scale")
+#: generate/edit's batch of prompts and validate's gallery prompts are one kind of file: both spellings, everywhere.
+PROMPT_FILE_NAMES = ("--prompt-file", "--prompts")
 #: ``--fast`` / ``--disable`` names per family, for --help (tests/test_cli.py checks they are the families').
 URSA_EXACT = "lm-head-slice, reuse-first-forward, rope-cache, pinned-draws, philox-rng"
 URSA_FAST = "unguided-tail, philox-rng"
@@ -140,7 +193,7 @@ PerfDump = Annotated[Path | None, typer.Option(
     "--perf-dump", "--perf-dump-path",
     help="Write per-stage and per-step milliseconds here, in SGLang-Diffusion's perf-dump JSON shape.")]
 PromptFile = Annotated[Path | None, typer.Option(
-    "--prompt-file", help="A text file, one prompt a line: one run per prompt on one loaded model.")]
+    *PROMPT_FILE_NAMES, help="A text file, one prompt a line: one run per prompt on one loaded model.")]
 PerPrompt = Annotated[int, typer.Option(
     "--num-images-per-prompt", "--num_images_per_prompt",
     help="Images per prompt (image k uses seed + k; outputs are numbered out_PPP_KK.png).")]
@@ -319,7 +372,7 @@ def generate(
     prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="Text prompt.")] = None,
     model: Annotated[str | None, typer.Option(*MODEL_NAMES, help="URSA model folder or built-in name (default "
                                               "tiny-ursa: random weights, its picture is noise).")] = None,
-    negative_prompt: Annotated[str | None, typer.Option("--negative-prompt", "--negative_prompt",
+    negative_prompt: Annotated[str | None, typer.Option(*NEGATIVE_NAMES,
                                                         help="Negative prompt.")] = None,
     height: Annotated[int | None, typer.Option(help="Image height (multiple of the VAE stride).")] = None,
     width: Annotated[int | None, typer.Option(help="Image width (multiple of the VAE stride).")] = None,
@@ -396,10 +449,10 @@ def edit(
     image: Annotated[list[Path], typer.Option("--image", "-i", help="Reference image (repeat for Plus models).")],
     prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="Edit instruction.")] = None,
     model: EditModel = "tiny-qwen-edit",
-    negative_prompt: Annotated[str | None, typer.Option("--negative-prompt", "--negative_prompt",
+    negative_prompt: Annotated[str | None, typer.Option(*NEGATIVE_NAMES,
                                                         help="Negative prompt (true CFG needs one).")] = " ",
     steps: Annotated[int, typer.Option(*STEP_NAMES, help="Denoising steps (>= 2).")] = 50,
-    true_cfg: Annotated[float, typer.Option("--true-cfg", "--true-cfg-scale", "--true_cfg_scale",
+    true_cfg: Annotated[float, typer.Option(*TRUE_CFG_NAMES,
                                             help="True classifier-free guidance scale.")] = 4.0,
     seed: Seed = 0,
     height: Annotated[int | None, typer.Option(help="Output height (multiple of 16).")] = None,
@@ -470,14 +523,14 @@ def validate(
     dtype: Dtype = "auto",
     reference: Annotated[str, typer.Option(help="Reference as device:dtype.")] = "cpu:float32",
     image: Annotated[list[Path] | None, typer.Option("--image", "-i", help="Reference image(s) for edit models.")] = None,
-    prompts: Annotated[Path | None, typer.Option(help="File with one prompt per line for the gallery.")] = None,
+    prompts: Annotated[Path | None, typer.Option(*PROMPT_FILE_NAMES, help="File with one prompt per line for the gallery.")] = None,
     prompt_set: Annotated[Path | None, typer.Option(
         "--prompt-set", help="A prompt set with expected attributes (difforge-prompt-set/1 JSON, docs/shapes.md) for "
                              "the semantic rung; the shapes models bring their own.")] = None,
     scan_source: Annotated[str | None, typer.Option(
         "--scan-source", help="The model's Python source (folder, file or module name): the report lists what "
                               "'difforge scan' finds there for the device.")] = None,
-    steps: Annotated[int | None, typer.Option(help="Denoising steps.")] = None,
+    steps: Annotated[int | None, typer.Option(*STEP_NAMES, help="Denoising steps.")] = None,
     height: Annotated[int | None, typer.Option()] = None,
     width: Annotated[int | None, typer.Option()] = None,
     rounds: Annotated[int, typer.Option(help="Timed benchmark rounds.")] = 3,
@@ -511,8 +564,8 @@ def validate(
     num_frames: Annotated[int | None, typer.Option(help="Frames (video models).")] = None,
     guidance: Annotated[float | None, typer.Option(help="Classifier-free guidance scale.")] = None,
     guidance_trunc: Annotated[float | None, typer.Option(help="Guidance off once t >= this.")] = None,
-    true_cfg: Annotated[float | None, typer.Option(help="True classifier-free guidance scale.")] = None,
-    negative_prompt: Annotated[str | None, typer.Option(help="Negative prompt.")] = None,
+    true_cfg: Annotated[float | None, typer.Option(*TRUE_CFG_NAMES, help="True classifier-free guidance scale.")] = None,
+    negative_prompt: Annotated[str | None, typer.Option(*NEGATIVE_NAMES, help="Negative prompt.")] = None,
     golden: Annotated[Path | None, typer.Option(
         help="A golden bundle (difforge golden --out): read the reference and floor from it instead of computing "
              "them here.")] = None,
@@ -605,11 +658,11 @@ def capture_command(
     device: Device = "auto",
     dtype: Dtype = "auto",
     image: Annotated[list[Path] | None, typer.Option("--image", "-i", help="Input image(s) for edit models.")] = None,
-    prompts: Annotated[Path | None, typer.Option(help="File with one prompt per line for the gallery.")] = None,
+    prompts: Annotated[Path | None, typer.Option(*PROMPT_FILE_NAMES, help="File with one prompt per line for the gallery.")] = None,
     prompt_set: Annotated[Path | None, typer.Option(
         "--prompt-set", help="A prompt set with expected attributes for the semantic rung (the shapes models bring "
                              "their own).")] = None,
-    steps: Annotated[int | None, typer.Option(help="Denoising steps.")] = None,
+    steps: Annotated[int | None, typer.Option(*STEP_NAMES, help="Denoising steps.")] = None,
     height: Annotated[int | None, typer.Option()] = None,
     width: Annotated[int | None, typer.Option()] = None,
     rounds: Annotated[int, typer.Option(help="Timed benchmark rounds.")] = 3,
@@ -629,8 +682,8 @@ def capture_command(
     num_frames: Annotated[int | None, typer.Option(help="Frames (video models).")] = None,
     guidance: Annotated[float | None, typer.Option(help="Classifier-free guidance scale.")] = None,
     guidance_trunc: Annotated[float | None, typer.Option(help="Guidance off once t >= this.")] = None,
-    true_cfg: Annotated[float | None, typer.Option(help="True classifier-free guidance scale.")] = None,
-    negative_prompt: Annotated[str | None, typer.Option(help="Negative prompt.")] = None,
+    true_cfg: Annotated[float | None, typer.Option(*TRUE_CFG_NAMES, help="True classifier-free guidance scale.")] = None,
+    negative_prompt: Annotated[str | None, typer.Option(*NEGATIVE_NAMES, help="Negative prompt.")] = None,
     golden: Annotated[Path | None, typer.Option(
         help="A golden bundle (difforge golden --out): teacher-force the device on its reference states; then judge "
              "with validate --capture OUT --golden G.")] = None,
@@ -680,8 +733,8 @@ def golden(
     floor: Annotated[str | None, typer.Option(
         help="A second real device as the noise floor, device[:dtype] (default: emulated on the reference).")] = None,
     image: Annotated[list[Path] | None, typer.Option("--image", "-i", help="Input image(s) for edit models.")] = None,
-    prompts: Annotated[Path | None, typer.Option(help="File with one prompt per line for the gallery.")] = None,
-    steps: Annotated[int | None, typer.Option(help="Denoising steps.")] = None,
+    prompts: Annotated[Path | None, typer.Option(*PROMPT_FILE_NAMES, help="File with one prompt per line for the gallery.")] = None,
+    steps: Annotated[int | None, typer.Option(*STEP_NAMES, help="Denoising steps.")] = None,
     height: Annotated[int | None, typer.Option()] = None,
     width: Annotated[int | None, typer.Option()] = None,
     seed: Seed = 0,
@@ -692,8 +745,8 @@ def golden(
     num_frames: Annotated[int | None, typer.Option(help="Frames (video models).")] = None,
     guidance: Annotated[float | None, typer.Option(help="Classifier-free guidance scale.")] = None,
     guidance_trunc: Annotated[float | None, typer.Option(help="Guidance off once t >= this.")] = None,
-    true_cfg: Annotated[float | None, typer.Option(help="True classifier-free guidance scale.")] = None,
-    negative_prompt: Annotated[str | None, typer.Option(help="Negative prompt.")] = None,
+    true_cfg: Annotated[float | None, typer.Option(*TRUE_CFG_NAMES, help="True classifier-free guidance scale.")] = None,
+    negative_prompt: Annotated[str | None, typer.Option(*NEGATIVE_NAMES, help="Negative prompt.")] = None,
     msprobe: Annotated[bool, typer.Option(
         "--msprobe", help="Also store the floor's msprobe dump of step 0 (for validate --golden --msprobe; pip "
                           "install 'difforge\\[msprobe]').")] = False,

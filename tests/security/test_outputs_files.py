@@ -123,7 +123,7 @@ def test_every_picture_format_carries_the_mark(tmp_path: Path, fmt: str) -> None
 def test_each_frame_file_of_a_video_run_is_checked(tmp_path: Path, no_load: None) -> None:
     """``--num-frames 3 -o out.png`` writes out_000.png ... out_002.png: each is checked like --output."""
     (tmp_path / "out_001.png").write_bytes(b"the user's")
-    result = runner.invoke(app, ["generate", *RUN, "--model", "tiny-ursa-video", "--num-frames", "3",
+    result = runner.invoke(app, ["generate", "--model", "tiny-ursa-video", *RUN[2:], "--num-frames", "3",
                                  "-o", str(tmp_path / "out.png")])
     assert_refused(result, f"--output {tmp_path / 'out_001.png'} is a file difforge did not write")
     assert (tmp_path / "out_001.png").read_bytes() == b"the user's"
