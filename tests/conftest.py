@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,11 @@ torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 # at the repo's .difforge-home.  Direct pytest runs get one too.
 os.environ.setdefault("DIFFORGE_HOME", str(Path(__file__).resolve().parent.parent / ".difforge-home"))
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+# Triton chooses compiled or interpreted when it is imported, and test modules collected before
+# tests/ops/triton (URSA's compile tests) import it through Inductor: set the interpreter here, first, wherever
+# there is no GPU, or the kernel tests of tests/ops/triton skip in the whole suite (they did: 40 skips in CI).
+if importlib.util.find_spec("triton") is not None and "triton" not in sys.modules and not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
 
 
 @pytest.fixture
