@@ -163,6 +163,8 @@ EXACT_EXAMPLES: list[tuple[str, str]] = [
     ('a golden bundle holds no reference runs of the prompt set; validate without --golden to judge meaning', '标杆数据包中没有该提示词集的参考运行；要判定语义，请不带 --golden 运行 validate'),
     ('none (self-comparison: not a port test)', '无（自比对：不是适配测试）'),
     ('no --image given: edits use a synthetic test picture (input_synthetic.png)', '未给出 --image：编辑任务使用合成测试图（input_synthetic.png）'),
+    ("no --image given: edits use the model's own held-out source picture (input_synthetic.png)",
+     '未给出 --image：编辑任务使用模型自带的输入图（input_synthetic.png）'),
     ("no --image given: edits use the golden bundle's synthetic test picture", '未给出 --image：编辑任务使用标杆数据包中的合成测试图'),
     ("no --image given to the capture: edits use the capture's synthetic test picture", '未给出 --image：编辑任务使用捕获数据包中的合成测试图'),
     ('msprobe\'s CLI prints "[ERROR] Please verify that the CANN environment is properly configured." on a machine without CANN (its offline-model comparison imports CANN\'s acl at start-up); comparing dumps does not use CANN, so difforge drops that line from the compare log: it is not an error here', '在没有 CANN 的机器上，msprobe 的命令行会打印 "[ERROR] Please verify that the CANN environment is properly configured."（其离线模型比对在启动时导入 CANN 的 acl）；比对 dump 并不使用 CANN，因此 difforge 从比对日志中删去这一行：此处它不是错误'),

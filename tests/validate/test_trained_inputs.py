@@ -38,3 +38,16 @@ def test_shapes_ursa_keeps_its_pipelines_negative_prompt_and_other_models_the_fa
     domain = PromptDomain(frozenset(VOCAB), "caption", 1, "shapes-ursa")
     assert all(domain.warning(p) is None for p in shapes.prompts)
     assert _ladder("tiny-ursa", tmp_path).dut_cfg().negative_prompt == URSAProbe.negative_prompt
+
+
+def test_the_report_says_which_picture_the_edits_used(tmp_path: Path) -> None:
+    """The trained edit model's own held-out source is not called a synthetic test picture in the report's notes;
+    an untrained edit model's generic picture still is."""
+    from difforge.validate.ladder import OWN_SOURCE_NOTE, SYNTHETIC_NOTE
+
+    for model, note in (("shapes-qwen-edit", OWN_SOURCE_NOTE), ("tiny-qwen-edit", SYNTHETIC_NOTE)):
+        lad = _ladder(model, tmp_path)
+        lad.prepare_inputs()
+        lad.save_image = lambda image, name: tmp_path / name  # no output folder needed for the note
+        lad.save_inputs()
+        assert note in lad.notes and ({OWN_SOURCE_NOTE, SYNTHETIC_NOTE} - {note}).isdisjoint(lad.notes), lad.notes

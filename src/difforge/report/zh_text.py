@@ -187,6 +187,8 @@ EXACT: dict[str, str] = {
     "none (self-comparison: not a port test)": "无（自比对：不是适配测试）",
     "no --image given: edits use a synthetic test picture (input_synthetic.png)":
         "未给出 --image：编辑任务使用合成测试图（input_synthetic.png）",
+    "no --image given: edits use the model's own held-out source picture (input_synthetic.png)":
+        "未给出 --image：编辑任务使用模型自带的输入图（input_synthetic.png）",
     "no --image given: edits use the golden bundle's synthetic test picture":
         "未给出 --image：编辑任务使用标杆数据包中的合成测试图",
     "no --image given to the capture: edits use the capture's synthetic test picture":

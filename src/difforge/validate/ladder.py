@@ -46,6 +46,10 @@ from .steps import StepTrace
 QUICK_STEPS = 4
 #: Side of the synthetic picture edits use when no --image is given.
 SYNTHETIC_SIZE = 512
+#: The report's note on the input picture when no --image is given: the generic test picture, or (a trained edit
+#: model) that model's own held-out source, saved under the same name.
+SYNTHETIC_NOTE = "no --image given: edits use a synthetic test picture (input_synthetic.png)"
+OWN_SOURCE_NOTE = "no --image given: edits use the model's own held-out source picture (input_synthetic.png)"
 #: When the reference device refuses the device's dtype, the floor is built at the nearest one it runs.
 NEAREST_DTYPES: dict[torch.dtype, tuple[torch.dtype, ...]] = {
     torch.float16: (torch.bfloat16,),
@@ -150,6 +154,7 @@ class Ladder:
         #: Stages that failed outside the rungs (the gallery ...): each makes the verdict at least WARN.
         self.caveats: list[str] = []
         self.synthetic = False
+        self.own_source = False  # the synthetic input is the trained model's own held-out source picture
         #: The report is written into a hidden sibling of DIR and renamed to DIR only when complete.
         self.staged = StagedFolder(self.out)
         #: Where this run's files go: the staging folder once make_out_dir() ran.
@@ -255,7 +260,7 @@ class Ladder:
             return
         own = validation_image(self.o.model)  # a trained edit model's own held-out source, else the generic one
         self.images = [own if own is not None else test_picture(SYNTHETIC_SIZE)]
-        self.synthetic = True
+        self.synthetic, self.own_source = True, own is not None
 
     def save_inputs(self) -> None:
         """Once DIR exists: save the synthetic test picture the edits use, or copy the user's pictures (their
@@ -263,7 +268,7 @@ class Ladder:
         if self.synthetic:
             path = self.save_image(self.images[0], "input_synthetic.png")
             self.image_paths = [str(path)]
-            self.notes.append("no --image given: edits use a synthetic test picture (input_synthetic.png)")
+            self.notes.append(OWN_SOURCE_NOTE if self.own_source else SYNTHETIC_NOTE)
             return
         for k, src in enumerate(self.image_paths):
             target = self.work / "images" / f"input_{k}{Path(src).suffix.lower() or '.png'}"
