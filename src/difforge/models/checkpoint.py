@@ -389,6 +389,19 @@ def config_files(folder: Path) -> list[Path]:
     return files
 
 
+def json_objects(data: Any) -> Iterator[dict[str, Any]]:
+    """Every JSON object in ``data``, itself first, then those nested in its values and lists: an iterative
+    walk, so a deeply nested but parseable file cannot exhaust the stack."""
+    stack: list[Any] = [data]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            yield node
+            stack.extend(v for v in node.values() if isinstance(v, dict | list))
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
 def config_class_names(path: Path, data: dict[str, Any]) -> list[tuple[str, str]]:
     """Every class a config names, as ``(key, name)`` pairs, refusing what could run folder code.
 
@@ -400,14 +413,7 @@ def config_class_names(path: Path, data: dict[str, Any]) -> list[tuple[str, str]
     iterative, so a deeply nested but parseable file cannot exhaust the stack.
     """
     names: list[tuple[str, str]] = []
-    stack: list[Any] = [data]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, list):
-            stack.extend(node)
-            continue
-        if not isinstance(node, dict):
-            continue
+    for node in json_objects(data):
         if "auto_map" in node:
             raise CheckpointError(
                 f"{path} has an auto_map, which asks to run Python code from the model folder; difforge never runs"
@@ -420,8 +426,6 @@ def config_class_names(path: Path, data: dict[str, Any]) -> list[tuple[str, str]
                     if not isinstance(name, str):
                         raise CheckpointError(f"{path} sets {key} to {repr(value)[:60]}; a class name must be a string.")
                     names.append((key, name))
-            elif isinstance(value, dict | list):
-                stack.append(value)
     return names
 
 
@@ -642,21 +646,10 @@ def check_values(path: Path | str, data: dict[str, Any], rules: dict[str, Any], 
     other (a rule that allows it says so).  With ``nested`` the rules hold in every object of the
     file (transformers' sub-configs, a processor's nested image and video processors).
     """
-    stack: list[Any] = [data]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, list):
-            stack.extend(node)
-            continue
-        if not isinstance(node, dict):
-            continue
+    for node in json_objects(data) if nested else [data]:
         for key, value in node.items():
             rule = rules.get(key)
             if rule is not None:
                 problem = rule.problem(value)
                 if problem is not None:
                     raise CheckpointError(f"{path}: '{key}' {problem}, got {shown(value)}.")
-            if nested and isinstance(value, dict | list):
-                stack.append(value)
-        if not nested:
-            break

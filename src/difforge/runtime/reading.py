@@ -117,9 +117,11 @@ def _open(target: Path, what: str, error: type[DifforgeError]) -> int:
 
 
 def _open_checked(
-    path: Path, what: str, error: type[DifforgeError], root: Path | None, also: Sequence[Path]
+    path: Path, what: str, error: type[DifforgeError], root: Path | None, also: Sequence[Path],
+    limit: int | None = None,
 ) -> tuple[int, os.stat_result]:
-    """A descriptor open on the regular file ``path`` (inside ``root`` when given) and its ``fstat``."""
+    """A descriptor open on the regular file ``path`` (inside ``root`` when given, at most ``limit`` bytes as
+    ``fstat`` reports them) and its ``fstat``."""
     target = resolve_inside(root, path, what, error, also=also) if root is not None else path
     fd = _open(target, what, error)
     try:
@@ -130,6 +132,8 @@ def _open_checked(
             opened = _opened_path(fd)
             if opened is not None and opened.is_absolute() and not _within(opened, [Path(root).resolve(), *also]):
                 raise error(f"{what} was replaced by a link to {opened} while being opened; it lies outside {root}.")
+        if limit is not None and st.st_size > limit:
+            raise error(f"{what} is larger than {describe_size(limit)}, the most difforge reads for it.")
     except BaseException:
         os.close(fd)
         raise
@@ -152,10 +156,7 @@ def check_file(
     read them for it, so it holds them to the same rule first.  Judged on an open descriptor, like
     :func:`read_bytes`.
     """
-    fd, st = _open_checked(Path(path), what, error, root, also)
-    os.close(fd)
-    if limit is not None and st.st_size > limit:
-        raise error(f"{what} is larger than {describe_size(limit)}, the most difforge reads for it.")
+    os.close(_open_checked(Path(path), what, error, root, also, limit)[0])
     return _real(Path(path), what, error)
 
 
@@ -170,10 +171,7 @@ def open_file(
 ) -> BinaryIO:
     """The regular file ``path`` open for binary reading (seekable, for readers such as ``zipfile``), held to
     :func:`check_file`'s rule on the very descriptor returned."""
-    fd, st = _open_checked(Path(path), what, error, root, also)
-    if limit is not None and st.st_size > limit:
-        os.close(fd)
-        raise error(f"{what} is larger than {describe_size(limit)}, the most difforge reads for it.")
+    fd, _st = _open_checked(Path(path), what, error, root, also, limit)
     os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")
 
