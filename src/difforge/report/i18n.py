@@ -36,6 +36,9 @@ TEXT: dict[str, dict[str, str]] = {
         "perf_accuracy": "Accuracy", "perf_acc_validated": "judged by this report: {verdict}",
         "perf_acc_none": "none measured (timed only): validate with {name} to judge it",
         "perf_acc_exact": "exact optimisations: not judged separately by this report",
+        "perf_acc_identical": "exact on this device: with {names} off the picture is bitwise the same (off-identity)",
+        "perf_acc_differs": "approximate on this device: {names} change the picture against their off state "
+                            "(off-identity; see the notes)",
         "perf_unsteady": ("A row's slowest round took more than 2× its fastest: its median is not a steady figure; "
                           "time it again on an idle machine before comparing it."),
         "pictures_steps": ("Made with {steps} denoising steps (--quick); the model draws with {default}: a half-formed "
@@ -172,6 +175,8 @@ TEXT: dict[str, dict[str, str]] = {
         "perf_accuracy": "精度依据", "perf_acc_validated": "本报告结论：{verdict}",
         "perf_acc_none": "仅计时，未验证精度：需用 {name} 另行验证",
         "perf_acc_exact": "等价优化：本报告未另行验证其精度",
+        "perf_acc_identical": "本设备上确为等价：关闭 {names} 后图像逐位相同（关闭一致性检查）",
+        "perf_acc_differs": "本设备上为近似优化：{names} 与关闭时相比改变了图像（关闭一致性检查，见备注）",
         "perf_unsteady": "有行各轮最慢与最快之比超过 2×：其中位数不可比较，请在无其他负载的机器上重新测量。",
         "pictures_steps": "此图仅用 {steps} 步去噪（--quick），模型默认为 {default} 步：画面未成形是步数所致，不代表移植有误。",
         "pictures_steps_semantic": "用默认步数生成的图片见 {section}。",

@@ -224,14 +224,27 @@ def _speed_rounds(r: dict[str, Any], t: dict[str, str]) -> str:
     return text
 
 
-def _speed_accuracy(r: dict[str, Any], t: dict[str, str], verdict: str) -> str:
-    """The accuracy evidence beside a row: the validated row carries this report's verdict; the others were
-    timed only, and say so (an approximate one names the validation that would judge it)."""
+def _identity_text(identity: dict[str, Any] | None, t: dict[str, str]) -> str:
+    """The off-identity finding (validate/identity.py) in a few words, "" when it decided nothing."""
+    status = (identity or {}).get("status")
+    if status == "identical":
+        return t["perf_acc_identical"].format(names=", ".join(identity["names"]))  # type: ignore[index]
+    if status == "differs":
+        return t["perf_acc_differs"].format(names=", ".join(identity.get("breaking") or identity["names"]))  # type: ignore[union-attr]
+    return ""
+
+
+def _speed_accuracy(r: dict[str, Any], t: dict[str, str], verdict: str, identity: dict[str, Any] | None = None) -> str:
+    """The accuracy evidence beside a row: the validated row carries this report's verdict; an approximate
+    row was timed only and names the validation that would judge it; the rows of exact optimisations carry the
+    off-identity finding on this device (bitwise equal to their off state, or approximate here)."""
+    found = _identity_text(identity, t)
     if r.get("validated"):
-        return t["perf_acc_validated"].format(verdict=verdict)
+        text = t["perf_acc_validated"].format(verdict=verdict)
+        return f"{text}; {found}" if found else text
     if r.get("kind") == "approximate":
         return t["perf_acc_none"].format(name=r.get("name", ""))
-    return t["perf_acc_exact"]
+    return found or t["perf_acc_exact"]
 
 
 def _speed_context(bench: RungResult | None, t: dict[str, str], tr: Callable[[str], str],
@@ -259,7 +272,7 @@ def _speed_context(bench: RungResult | None, t: dict[str, str], tr: Callable[[st
                                _bytes(r.get("memory_after_load_bytes")) + mem_note,
                                _bytes(r.get("peak_bytes")) + mem_note],
                      "rounds": _speed_rounds(r, t), "unsteady": bool(r.get("unsteady")),
-                     "accuracy": _speed_accuracy(r, t, verdict),
+                     "accuracy": _speed_accuracy(r, t, verdict, (bench.data or {}).get("off_identity")),
                      "validated": "✓" if r.get("validated") else ""})
     size = (f"{h['width']}×{h['height']}" if h.get("width") and h.get("height") else t["perf_default_size"])
     text = t["perf_table_text"].format(**{**{k: esc(v) for k, v in h.items()}, "size": esc(size)})

@@ -850,3 +850,10 @@ rule(r"cfg-parallel: conditional half on rank 0, unconditional on rank 1 \((?P<b
      "cfg-parallel：CFG batch 的条件部分在 rank 0、无条件部分在 rank 1 上运行（{b}，每个引导步一次 logits 的 all-gather）")
 rule(r"cfg-parallel: conditional on rank 0, unconditional on rank 1 \((?P<b>\w+), one all-gather per step\)",
      "cfg-parallel：条件分支在 rank 0、无条件分支在 rank 1 上运行（{b}，每步一次 all-gather）")
+
+# ---- off-identity (validate/identity.py Identity.note): an exact optimisation that is not exact on this device -----
+rule(r"Off-identity: on this device the exact optimisations (?P<names>.+) change the picture \((?P<p>NUM) % of pixels "
+     r"differ, up to (?P<lv>\d+) levels\) against their off state, so here they are approximate optimisations; the "
+     r"rungs above judged the validated run with them on\.",
+     "关闭一致性检查：在本设备上，等价优化 {names} 与关闭时相比改变了图像（{p} % 的像素不同，最大相差 {lv} 级），"
+     "因此在此处它们属于近似优化；上述各级验证已在开启它们的情况下评判了被验证的运行。")

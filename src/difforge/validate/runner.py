@@ -38,6 +38,7 @@ from .determinism import determinism_rung
 from .environment import fingerprint
 from .gallery import contact_sheet, label, pair, picture_steps, semantic_sheet, strip
 from .golden import Golden, Reduced, check_dtype_plan, check_settings, open_golden, refuse_reference_flags
+from .identity import DIFFERS, UNDECIDED, Identity, off_identity
 from .ladder import Ladder, short_error
 from .operators import operator_rung
 from .options import RUNGS, ValidateOptions, ValidationResult
@@ -461,11 +462,27 @@ class _Climb:
                               len(self.smoke_trace.inputs))
             rung.data["memory_after_load_bytes"] = memory_after_load
             rung.data["speed"] = self.speed_rows(records, memory_after_load)
+            rung.data["off_identity"] = self.off_identity(runs_images).to_dict()
             return rung
 
         self.rungs["benchmark"] = _guard("benchmark", bench)
         self.runs_images = runs_images  # judged once the floor's runs say what precision costs
         self.prog.done(self.rungs["benchmark"], t0)
+
+    def off_identity(self, on_runs: list[list[Image.Image]]) -> Identity:
+        """Prove the exact label of the optimisations the validated run used, on the device under test
+        (:mod:`.identity`); its note goes into the report's notes when the label does not hold here."""
+        lad, pipe = self.lad, self.dut.pipe
+        if getattr(pipe, "replay_run", None) is not None:
+            found = Identity(UNDECIDED, [], "a capture holds only the validated runs, not their off state")
+        else:
+            disable, fast = lad.stream_names()
+            found = off_identity(lambda cfg: lad.run(pipe, cfg)[0], self.cfg0, on_runs,
+                                 lad.probe(pipe).exact_optimisations, [*disable, *fast])
+        note = found.note()
+        if note is not None and found.status == DIFFERS:
+            lad.notes.append(note)
+        return found
 
     def speed_rows(self, records: list[RunRecord], memory_after_load: int | None) -> dict[str, Any]:
         """The ModelZoo-style performance table: the baseline (every exact optimisation off), the
