@@ -150,3 +150,10 @@ def test_clean_tiny_ursa_proves_its_exact_labels_and_a_planted_inexact_one_is_re
     md = planted.report_paths["markdown"].read_text()
     assert "Off-identity: on this device the exact optimisations lm-head-slice change the picture" in md
     assert planted.rungs["benchmark"].verdict is not Verdict.FAIL  # a label finding, not a broken benchmark
+
+
+def test_a_capture_does_not_search_one_by_one_and_names_them_together() -> None:
+    device = FakeDevice(inexact=("cache",))
+    found = off_identity(device, RunConfig(model="m"), [device.on_run()], EXACT, STREAM, localise=False)
+    assert found.status == DIFFERS and found.each == {} and found.breaking == ["slice", "cache", "pinned"]
+    assert len(device.configs) == 2  # the on run made here and the one off run: no search

@@ -78,6 +78,8 @@ class RecordingLadder(Ladder):
     """A Ladder whose device-under-test runs are kept in the bundle as they happen (and whose saved
     pictures go into it), so validate's own stages (smoke, benchmark, speed table) make the capture."""
 
+    records_device_runs = True
+
     def __init__(self, options: ValidateOptions) -> None:
         super().__init__(options)
         self.writer: BundleWriter | None = None

@@ -112,13 +112,14 @@ def exact_in_use(cfg: RunConfig, exact: Sequence[str], stream_names: Sequence[st
 
 
 def off_identity(run: RunFn, cfg: RunConfig, on_runs: Sequence[Sequence[Image.Image]], exact: Sequence[str],
-                 stream_names: Sequence[str]) -> Identity:
+                 stream_names: Sequence[str], localise: bool = True) -> Identity:
     """Prove or refute the exact label of the optimisations ``cfg`` uses on the device ``run`` drives.
 
     ``on_runs``: the device's runs of ``cfg`` (same seed) made already (the smoke run, the benchmark's
     rounds); two or more that differ make the check undecided.  ``stream_names``: the family's names that
     switch the random stream (kept as ``cfg`` has them).  Costs one run, plus one per optimisation when the
-    pictures differ (to name the ones that move the bytes).
+    pictures differ (to name the ones that move the bytes) when ``localise`` (a capture skips it: each of those
+    runs would be one more picture in a bundle under its ``--max-bytes``; the note then names them together).
     """
     names = exact_in_use(cfg, exact, stream_names)
     if not names:
@@ -134,8 +135,9 @@ def off_identity(run: RunFn, cfg: RunConfig, on_runs: Sequence[Sequence[Image.Im
     diff = picture_diff(first, run(replace(cfg, disable=off_disable)))
     if diff.identical:
         return Identity(IDENTICAL, names, diff=diff, off_disable=off_disable)
-    if len(names) == 1:  # the off run above was that one alone
-        return Identity(DIFFERS, names, diff=diff, each={names[0]: True}, off_disable=off_disable)
+    if len(names) == 1 or not localise:  # one name: the off run above was that one alone
+        each = {names[0]: True} if len(names) == 1 else {}
+        return Identity(DIFFERS, names, diff=diff, each=each, off_disable=off_disable)
     each = {n: not picture_diff(first, run(replace(cfg, disable=sorted({*cfg.disable, n})))).identical
             for n in names}
     return Identity(DIFFERS, names, diff=diff, each=each, off_disable=off_disable)

@@ -96,6 +96,10 @@ def short_error(exc: BaseException) -> str:
 class Ladder:
     """State shared by the rungs of one validation."""
 
+    #: Whether the device under test's runs go into a capture bundle (``capture.RecordingLadder``), which stores
+    #: every distinct picture: the stages that would add optional runs (off-identity's one-by-one search) skip them.
+    records_device_runs: bool = False
+
     def __init__(self, options: ValidateOptions, golden_ref: tuple[str, str] | None = None,
                  making_golden: bool = False, group: Any = None, dut_backend: Any = None) -> None:
         """``golden_ref``: (device, dtype) of a golden bundle's reference, which then stands for the

@@ -32,7 +32,7 @@ from ..runtime.record import RunRecord
 from ..shapes.prompts import score as score_item
 from .bench import bench_rung, speed_row, speed_table
 from .bundle import identity_notes, weight_hashes
-from .captured import Captured, capture_images, check_prompt_set, open_capture
+from .captured import Captured, CapturedRunError, capture_images, check_prompt_set, open_capture
 from .components import component_rung
 from .determinism import determinism_rung
 from .environment import fingerprint
@@ -473,12 +473,13 @@ class _Climb:
         """Prove the exact label of the optimisations the validated run used, on the device under test
         (:mod:`.identity`); its note goes into the report's notes when the label does not hold here."""
         lad, pipe = self.lad, self.dut.pipe
-        if getattr(pipe, "replay_run", None) is not None:
-            found = Identity(UNDECIDED, [], "a capture holds only the validated runs, not their off state")
-        else:
-            disable, fast = lad.stream_names()
+        disable, fast = lad.stream_names()
+        try:  # a capture made the off runs on its device (RecordingLadder keeps them) and the judge replays them
             found = off_identity(lambda cfg: lad.run(pipe, cfg)[0], self.cfg0, on_runs,
-                                 lad.probe(pipe).exact_optimisations, [*disable, *fast])
+                                 lad.probe(pipe).exact_optimisations, [*disable, *fast],
+                                 localise=not lad.records_device_runs and getattr(pipe, "replay_run", None) is None)
+        except CapturedRunError:  # a capture of an earlier release holds no off run
+            found = Identity(UNDECIDED, [], "the capture holds no run with the exact optimisations off")
         note = found.note()
         if note is not None and found.status == DIFFERS:
             lad.notes.append(note)
