@@ -94,6 +94,7 @@ def test_capture_digest_mismatch_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow  # two whole validations against the bundle: minutes under load (make test-slow)
 def test_report_says_whether_the_identity_was_checked(golden: tuple[Path, str], tmp_path: Path) -> None:
     bundle, printed = golden
     unchecked, checked = tmp_path / "unchecked", tmp_path / "checked"
