@@ -27,7 +27,7 @@ MSPROBE_PY    := $(MSPROBE_VENV)/bin/python
 MSPROBE_STAMP := $(MSPROBE_VENV)/.installed
 MSPROBE_TESTS := tests/validate/test_msprobe.py
 
-.PHONY: demo test test-parity test-msprobe msprobe-venv lint bench-tiny clean venv train-shapes device-kit \
+.PHONY: demo test test-slow test-parity test-msprobe msprobe-venv lint bench-tiny clean venv train-shapes device-kit \
 	device-kit-check test-oldest oldest-venv
 
 # Retrain the shapes models (seeded, CPU; docs/shapes-training.md has the times; CI never trains).
@@ -48,9 +48,14 @@ train-shapes: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m difforge.demo --out demo-out
 
+# `make test` leaves out the slow end-to-end checks (`@pytest.mark.slow`: minutes each, e.g. the trained
+# models on held-out prompts); `make test-slow` runs just those.  CI (.ci/run) runs both.
 test: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks scripts
-	$(PY) -m pytest -n 2 --durations=15
+	$(PY) -m pytest -n 2 --durations=15 -m "not slow"
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -n 2 --durations=15 -m slow
 
 test-parity: $(STAMP)
 	@for cap in $$($(PY) scripts/cpu_capabilities.py); do \

@@ -18,14 +18,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from difforge.devices import compile as comp
+from difforge.devices.compile import CACHE_ENV, CACHE_SWITCH_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def compile_seconds(home: Path) -> float:
     """One fresh process's compile seconds with ``home`` as DIFFORGE_HOME (no user cache variable in the way)."""
-    env = {k: v for k, v in os.environ.items() if k not in (*comp.CACHE_ENV, *comp.CACHE_SWITCH_ENV)}
+    env = {k: v for k, v in os.environ.items() if k not in (*CACHE_ENV, *CACHE_SWITCH_ENV)}
     env.update(DIFFORGE_HOME=str(home), PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
     out = subprocess.run([sys.executable, "-m", "benchmarks.compile_cache_child"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=900, check=True)

@@ -16,8 +16,9 @@ combine and the scheduler's Euler step - with the first ``--warmup`` steps untim
 * ``difforge default + compile`` (``--compile``): plus regional ``torch.compile``.
 
 One more instrumented pass of ``difforge default`` (synchronised around each call) gives the share
-of a step spent on the true-CFG combine (``loop.combine_cfg``) and on the scheduler's Euler step;
-random draws take none (the noise is drawn once, before the loop).
+of a step spent on the true-CFG combine (``loop.combine_cfg``, the ``cfg`` stage of the public hook
+:mod:`difforge.runtime.stages`) and on the scheduler's Euler step; random draws take none (the noise is
+drawn once, before the loop).
 
 ``--fp8`` adds, after the bf16 rows, the default (compiled too with ``--compile``) with every block
 Linear stored as float8_e4m3fn (``Fp8Linear``, dequantised per forward): bf16 and fp8 side by side from
@@ -41,6 +42,7 @@ import resource
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -132,7 +134,7 @@ def build_transformer(config: dict[str, Any], device: torch.device, dtype: torch
 
 def to_fp8_storage(model: nn.Module) -> int:
     """Replace every Linear's weight by float8_e4m3fn codes (``Fp8Linear``), on its device; returns the count."""
-    from difforge.models.qwen_edit.fp8 import Fp8Linear
+    from difforge.models.qwen_edit import Fp8Linear
 
     count = 0
     for name, module in list(model.named_modules()):
@@ -154,7 +156,7 @@ def weight_bytes_on_meta(config: dict[str, Any]) -> dict[str, int]:
 
 def make_inputs(size: Size, variant: str, device: torch.device, dtype: torch.dtype, seed: int = 0) -> Any:
     """A Prepared for one reference image: noise, reference latents, prompt and negative-prompt states."""
-    from difforge.models.qwen_edit.loop import Prepared
+    from difforge.models.qwen_edit import Prepared
 
     cfg = size.config
     side = size.pixels // (size.vae_scale * cfg["patch_size"])
@@ -177,7 +179,7 @@ def make_inputs(size: Size, variant: str, device: torch.device, dtype: torch.dty
 def _scheduler() -> Any:
     from diffusers import FlowMatchEulerDiscreteScheduler
 
-    from difforge.models.qwen_edit.tiny import SCHEDULER_CONFIG
+    from difforge.models.qwen_edit import SCHEDULER_CONFIG
 
     return FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG)
 
@@ -185,7 +187,7 @@ def _scheduler() -> Any:
 def time_loop(transformer: nn.Module, p: Any, backend: Any, batched: bool, warmup: int, steps: int,
               true_cfg: float = 4.0) -> tuple[list[float], int | None]:
     """Per-step ms of difforge's loop (events on accelerators, no sync inside), after ``warmup`` steps."""
-    from difforge.models.qwen_edit.loop import Denoiser, denoise, schedule
+    from difforge.models.qwen_edit import Denoiser, denoise, schedule
     from difforge.runtime.steps import StepTimer
 
     scheduler = _scheduler()
@@ -268,40 +270,49 @@ def time_compiled(model: nn.Module, p: Any, backend: Any, args: argparse.Namespa
     return row
 
 
+class ShareTimer:
+    """The :class:`~difforge.runtime.stages.StageTimer` of :func:`time_shares`: seconds per stage, with the
+    device synchronised before and after each timed call."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+        self.spent: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def measure(self, stage: str) -> Iterator[None]:
+        self.backend.synchronize()
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.backend.synchronize()
+            self.spent[stage] = self.spent.get(stage, 0.0) + time.perf_counter() - t0
+
+
 def time_shares(transformer: nn.Module, p: Any, backend: Any, batched: bool, steps: int,
                 true_cfg: float = 4.0) -> dict[str, float]:
-    """ms per step of one loop with a sync around each true-CFG combine and scheduler step, and their shares."""
-    from difforge.models.qwen_edit import loop
+    """ms per step of one loop with a sync around each true-CFG combine and scheduler step, and their shares.
+
+    The combine is the loop's ``cfg`` stage; the scheduler is diffusers' object, this bench's own instance,
+    whose ``step`` is marked as the ``sampler`` stage here.
+    """
+    from difforge.models.qwen_edit import Denoiser, denoise, schedule
+    from difforge.runtime.stages import CFG, SAMPLER, stage_timing, timed_stage
 
     scheduler = _scheduler()
-    timesteps = loop.schedule(scheduler, p.noise.shape[1], steps, backend.device)
-    spent = {"cfg": 0.0, "scheduler": 0.0}
-    combine = loop.combine_cfg
-
-    def timed(kind: str, fn: Any) -> Any:
-        def wrapper(*a: Any, **k: Any) -> Any:
-            backend.synchronize()
-            t0 = time.perf_counter()
-            out = fn(*a, **k)
-            backend.synchronize()
-            spent[kind] += time.perf_counter() - t0
-            return out
-        return wrapper
-
-    loop.combine_cfg = timed("cfg", combine)  # looked up by name at each call
-    scheduler.step = timed("scheduler", scheduler.step)
-    try:
-        backend.synchronize()
-        t0 = time.perf_counter()
-        with torch.inference_mode():
-            loop.denoise(loop.Denoiser(transformer, batched_cfg=batched), scheduler, p, timesteps, true_cfg)
-        backend.synchronize()
-        wall = time.perf_counter() - t0
-    finally:
-        loop.combine_cfg = combine
-    return {"run_ms_per_step": 1000.0 * wall / steps, "cfg_ms_per_step": 1000.0 * spent["cfg"] / steps,
-            "scheduler_ms_per_step": 1000.0 * spent["scheduler"] / steps, "cfg_share": spent["cfg"] / wall,
-            "scheduler_share": spent["scheduler"] / wall, "draw_share": 0.0}
+    timesteps = schedule(scheduler, p.noise.shape[1], steps, backend.device)
+    scheduler.step = timed_stage(SAMPLER)(scheduler.step)
+    timer = ShareTimer(backend)
+    backend.synchronize()
+    t0 = time.perf_counter()
+    with torch.inference_mode(), stage_timing(timer):
+        denoise(Denoiser(transformer, batched_cfg=batched), scheduler, p, timesteps, true_cfg)
+    backend.synchronize()
+    wall = time.perf_counter() - t0
+    cfg_s, scheduler_s = timer.spent.get(CFG, 0.0), timer.spent.get(SAMPLER, 0.0)
+    return {"run_ms_per_step": 1000.0 * wall / steps, "cfg_ms_per_step": 1000.0 * cfg_s / steps,
+            "scheduler_ms_per_step": 1000.0 * scheduler_s / steps, "cfg_share": cfg_s / wall,
+            "scheduler_share": scheduler_s / wall, "draw_share": 0.0}
 
 
 def end_to_end_tiny(seed: int = 0) -> dict[str, Any]:
@@ -342,11 +353,14 @@ def formula_flops(config: dict[str, Any], image_tokens: int, lengths: list[int])
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from difforge.devices import dtype_name, get_backend
-    from difforge.models.qwen_edit.attention import install_processor, install_real_rope
-    from difforge.models.qwen_edit.fp8 import module_weight_bytes
-    from difforge.models.qwen_edit.loop import SpeedOptions
+    from difforge.models.qwen_edit import (
+        SpeedOptions,
+        install_compile,
+        install_processor,
+        install_real_rope,
+        module_weight_bytes,
+    )
     from difforge.models.qwen_edit.probe import count_forward_flops
-    from difforge.models.qwen_edit.speed import install_compile
     from difforge.runtime.record import RunRecord
 
     size = SIZES[args.size]

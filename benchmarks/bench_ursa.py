@@ -22,10 +22,11 @@ Variants, all measured in the same process:
 * ``--gumbel``: the Philox stream once more with its other categorical sampler, Gumbel-max (one word
   per token and code), eager and, with ``--compile``, compiled - the comparison that chose inverse-CDF
 
-``--draws`` adds one instrumented run per variant that times every random draw (the draw functions
-of :mod:`difforge.models.ursa.sampling`, synchronised around each call; on the Philox stream the
-inverse-CDF draw includes its float32 softmax), the CFG combine (``URSAPipeline.guide``) and the whole
-scheduler step, and reports their share of the run: the "time on random draws" figure of issue 12.
+``--draws`` adds one instrumented run per variant that times every random draw (URSA's functions marked
+as the ``draws`` stage, synchronised around each call through the public hook
+:mod:`difforge.runtime.stages`; on the Philox stream the inverse-CDF draw includes its float32 softmax),
+the CFG combine (``URSAPipeline.guide``) and the whole scheduler step, and reports their share of the
+run: the "time on random draws" figure of issue 12.
 
 The reference, diffnext, is timed in the same process when it can be imported: from
 ``$DIFFORGE_DIFFNEXT_PATH`` or the ignored folder ``reference/`` at the repository root (a folder holding
@@ -53,7 +54,6 @@ import argparse
 import contextlib
 import importlib
 import importlib.util
-import inspect
 import json
 import math
 import os
@@ -70,19 +70,24 @@ import torch
 
 from benchmarks.common import BenchResult, make_result, print_table, sync, write_json
 from difforge.config import RunConfig
-from difforge.devices import DTYPES, get_backend
-from difforge.devices.base import Backend
-from difforge.models.ursa import pipeline as ursa_pipeline
-from difforge.models.ursa import scheduler as ursa_scheduler
-from difforge.models.ursa.call import EXACT_OPTIMISATIONS, PHILOX_RNG
-from difforge.models.ursa.config import SchedulerConfig, URSATransformerConfig, VQConfig
-from difforge.models.ursa.loader import URSACheckpoint
-from difforge.models.ursa.pipeline import URSAPipeline
-from difforge.models.ursa.rope import positions
-from difforge.models.ursa.sampling import GUMBEL_MAX, INVERSE_CDF, PhiloxDraws
-from difforge.models.ursa.scheduler import DFMScheduler
-from difforge.models.ursa.transformer import URSATransformer
+from difforge.devices import DTYPES, Backend, get_backend
+from difforge.models.ursa import (
+    EXACT_OPTIMISATIONS,
+    GUMBEL_MAX,
+    INVERSE_CDF,
+    PHILOX_RNG,
+    DFMScheduler,
+    SchedulerConfig,
+    URSACheckpoint,
+    URSAPipeline,
+    URSATransformer,
+    URSATransformerConfig,
+    VQConfig,
+    positions,
+)
 from difforge.ops import select_ops
+from difforge.runtime.record import RunRecord
+from difforge.runtime.stages import CFG, DRAWS, SAMPLER, stage_timing
 
 #: The CUDA backend's switch for its Triton kernels (``difforge.devices.cuda``): read from the environment.
 KERNELS_ENV = "DIFFORGE_TRITON_KERNELS"
@@ -206,55 +211,43 @@ def _param_shapes(tcfg: URSATransformerConfig) -> list[tuple[int, ...]]:
 
 # ------------------------------------------------------------------------------------------- draw timing
 class DrawTimer:
-    """Wall time inside URSA's random-draw functions, the CFG combine and the scheduler step, synchronised
-    around each call.
+    """Wall time inside URSA's random draws, the CFG combine and the scheduler step, synchronised around each
+    call: the :class:`~difforge.runtime.stages.StageTimer` this benchmark installs with ``stage_timing``.
 
-    Draws: the reference stream's ``categorical`` (multinomial on the CPU, host exponentials + copy
-    elsewhere), ``uniform``, ``skip_categorical`` and the initial ``random_codes``; the Philox stream's
+    URSA marks those functions as stages (``difforge.runtime.stages``), so no private function is swapped:
+    draws are the reference stream's ``categorical`` (multinomial on the CPU, host exponentials + copy
+    elsewhere), ``uniform``, ``skip_categorical`` and the initial ``random_codes``, and the Philox stream's
     ``categorical_logits`` / ``categorical_weights`` (inverse-CDF: the float32 softmax of the logits,
     uniforms, cumulative sums; Gumbel-max: noise, the log of the weights, argmax), ``uniform`` and
-    ``codes``.  The reference's ``softmax`` before its x1 draw is the scheduler's, not a draw.  CFG
-    combine: ``URSAPipeline.guide`` (``u + (c - u) * scale``, in place).
+    ``codes``.  The reference's ``softmax`` before its x1 draw is the scheduler's, not a draw.  Sampler:
+    ``DFMScheduler.step`` / ``skip_first_step`` (draws included).  CFG combine: ``URSAPipeline.guide``
+    (``u + (c - u) * scale``, in place).
     """
 
-    DRAWS = ((ursa_scheduler, "categorical"), (ursa_scheduler, "uniform"), (ursa_scheduler, "skip_categorical"),
-             (ursa_pipeline, "random_codes"), (PhiloxDraws, "categorical_logits"),
-             (PhiloxDraws, "categorical_weights"), (PhiloxDraws, "uniform"), (PhiloxDraws, "codes"))
-    SAMPLER = ((DFMScheduler, "step"), (DFMScheduler, "skip_first_step"))
-    CFG = ((URSAPipeline, "guide"),)
+    FIELDS = {DRAWS: "draws_s", SAMPLER: "sampler_s", CFG: "cfg_s"}
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.draws_s = self.sampler_s = self.cfg_s = 0.0
-        self._saved: list[tuple[Any, str, Any]] = []
 
-    def _wrap(self, owner: Any, name: str, kind: str) -> None:
-        fn = getattr(owner, name)
-        static = isinstance(inspect.getattr_static(owner, name), staticmethod)
-        self._saved.append((owner, name, staticmethod(fn) if static else fn))
-
-        def timed(*a: Any, **k: Any) -> Any:
+    @contextlib.contextmanager
+    def measure(self, stage: str) -> Iterator[None]:
+        sync(self.device)
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
             sync(self.device)
-            t0 = time.perf_counter()
-            out = fn(*a, **k)
-            sync(self.device)
-            setattr(self, kind, getattr(self, kind) + time.perf_counter() - t0)
-            return out
-
-        setattr(owner, name, staticmethod(timed) if static else timed)
+            field = self.FIELDS[stage]
+            setattr(self, field, getattr(self, field) + time.perf_counter() - t0)
 
     def __enter__(self) -> DrawTimer:
-        for owner, name in self.DRAWS:
-            self._wrap(owner, name, "draws_s")
-        for owner, name in self.SAMPLER:
-            self._wrap(owner, name, "sampler_s")
-        for owner, name in self.CFG:
-            self._wrap(owner, name, "cfg_s")
+        self._installed = stage_timing(self)
+        self._installed.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for owner, name, fn in reversed(self._saved):
-            setattr(owner, name, fn)
+        self._installed.__exit__(*exc)
 
 
 # ------------------------------------------------------------------------------------------- running
@@ -318,7 +311,6 @@ def _run_variant(
     cond = torch.randint(0, 1000, (1, TEXT_LEN), generator=gen)
     uncond = torch.randint(0, 1000, (1, TEXT_LEN), generator=gen)
     dev = pipe.device
-    from difforge.runtime.record import RunRecord
 
     def once() -> tuple[float, torch.Tensor, RunRecord]:
         record = RunRecord("generate")

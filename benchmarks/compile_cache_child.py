@@ -14,9 +14,7 @@ import time
 import torch
 
 from difforge.devices import get_backend
-from difforge.models.ursa.config import URSATransformerConfig
-from difforge.models.ursa.rope import positions
-from difforge.models.ursa.transformer import URSATransformer, run_layer
+from difforge.models.ursa import URSATransformer, URSATransformerConfig, positions, run_layer
 from difforge.ops import select_ops
 from difforge.runtime.hashes import difforge_home
 

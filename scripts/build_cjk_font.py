@@ -3,7 +3,7 @@ zh report's own texts use.
 
 Why a subset: a zh report must render on a machine without any CJK font (the HTML embeds the font,
 matplotlib is given the file), and the whole Noto Sans CJK SC face is ~16 MB.  The subset holds every
-character of difforge's Chinese strings (report/i18n.py, report/zh_text.py, report/plots.py), so it
+character of difforge's Chinese strings (report/templates/texts.json and plot_labels.json, report/zh_text.py), so it
 is a few hundred KB; text from the user (a Chinese prompt) falls back to the system's fonts.
 ``tests/report/test_fonts.py`` fails when a Chinese string uses a character the subset lacks: run
 

@@ -23,7 +23,7 @@ from functools import partial
 import torch
 
 from difforge.devices import get_backend
-from difforge.models.ursa.sampling import DEVICE_CHUNK, HOST_CHUNK
+from difforge.models.ursa import DEVICE_CHUNK, HOST_CHUNK
 from difforge.runtime.philox import (
     grid_words,
     gumbel_argmax,

@@ -136,7 +136,7 @@ def mixture_copy(src: Path, dst: Path) -> Path:
 def tiny_folders(scratch: Path) -> dict[str, Path]:
     """difforge's tiny checkpoints (its own layout): ``image`` (tiny-ursa), ``mixture`` and ``video``."""
     from difforge.models.tiny import ensure_tiny
-    from difforge.models.ursa.tiny import build_tiny_ursa_video
+    from difforge.models.ursa import build_tiny_ursa_video
 
     image = ensure_tiny("tiny-ursa")
     video = scratch / "tiny-ursa-video"

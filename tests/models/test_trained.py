@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from difforge import api
@@ -49,6 +50,7 @@ def test_shapes_ursa_defaults_to_the_worlds_size(tmp_path: Path) -> None:
     assert score_caption(image, "a red circle on a blue background").correct  # a training caption
 
 
+@pytest.mark.slow  # minutes: every held-out prompt through the engine at float32 (make test-slow)
 def test_shapes_ursa_draws_held_out_captions() -> None:
     """Six held-out captions at float32 with the default steps and guidance (seed = index, as the
     recipe's evaluation): the model drew 40 of 40 there; five of six leaves room for a CPU whose
@@ -88,6 +90,7 @@ def test_shapes_qwen_edit_works_at_the_worlds_size() -> None:
     assert read_settings(trained_path("shapes-qwen-edit")) == SETTINGS
 
 
+@pytest.mark.slow  # minutes: every held-out prompt through the engine at float32 (make test-slow)
 def test_shapes_qwen_edit_does_held_out_edits() -> None:
     """The first eight held-out edits (every kind) through the normal engine at float32 with the run
     defaults, as the recipe's evaluation: the committed model does HELD_OUT_FIRST_8 of them there; one

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import shutil
 from pathlib import Path
 
@@ -26,17 +25,6 @@ runner = CliRunner()
 SIZE = ["--height", "64", "--width", "64", "--quick"]
 DUT = ["--model", "tiny-ursa", "--device", "cpu", "--dtype", "bfloat16", "--rounds", "1", "--warmup", "0", "--quiet",
        "--no-speed-table", *SIZE]
-
-
-@pytest.fixture(scope="module")
-def golden(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    out = tmp_path_factory.mktemp("identity") / "G"
-    result = runner.invoke(app, ["golden", "--model", "tiny-ursa", "--dtype", "bfloat16", *SIZE, "--quiet",
-                                 "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    printed = re.search(r"^digest: ([0-9a-f]{64}) ", result.stdout, re.M)
-    assert printed, result.stdout
-    return out, printed.group(1)
 
 
 def forge(bundle: Path, to: Path) -> Path:
@@ -94,6 +82,7 @@ def test_capture_digest_mismatch_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow  # two whole validations against the bundle: minutes under load (make test-slow)
 def test_report_says_whether_the_identity_was_checked(golden: tuple[Path, str], tmp_path: Path) -> None:
     bundle, printed = golden
     unchecked, checked = tmp_path / "unchecked", tmp_path / "checked"

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from difforge.cli import app
 from difforge.validate.bundle import GoldenError, check_shape, open_bundle
-from tests.security.test_bundle_identity import DUT, golden  # noqa: F401 - the module's bundle fixture
+from tests.security.test_bundle_identity import DUT
 from tests.test_cli_inputs import assert_refused
 
 runner = CliRunner()
@@ -75,7 +75,7 @@ def opened(folder: Path) -> None:
     ("manifest.json", lambda m: (m["inputs"].__setitem__("images", [{"file": SECRET, "sha256": "0" * 64}]), m)[1],
      "a file it does not hold"),
 ])
-def test_paths_outside_the_bundle_are_refused(golden: tuple[Path, str], tmp_path: Path, name: str,  # noqa: F811
+def test_paths_outside_the_bundle_are_refused(golden: tuple[Path, str], tmp_path: Path, name: str,
                                               change: Callable[[Any], Any], needle: str) -> None:
     forged = edited(golden[0], tmp_path / "forged", name, change)
     with pytest.raises(GoldenError, match=needle):
@@ -86,7 +86,7 @@ def test_paths_outside_the_bundle_are_refused(golden: tuple[Path, str], tmp_path
     assert not report.exists()
 
 
-def test_a_picture_folder_linked_elsewhere_is_refused(golden: tuple[Path, str], tmp_path: Path) -> None:  # noqa: F811
+def test_a_picture_folder_linked_elsewhere_is_refused(golden: tuple[Path, str], tmp_path: Path) -> None:
     forged = tmp_path / "forged"
     shutil.copytree(golden[0], forged)
     elsewhere = tmp_path / "elsewhere"
@@ -108,7 +108,7 @@ def test_a_picture_folder_linked_elsewhere_is_refused(golden: tuple[Path, str], 
     ("data.json", lambda d: (_first_run(d)["ref"]["trace"]["__dict__"].__setitem__("inputs", {"__list__": [{"__tensor__": "nope"}]}), d)[1],
      "names a tensor 'nope'"),
 ])
-def test_malformed_json_is_refused_when_opened(golden: tuple[Path, str], tmp_path: Path, name: str,  # noqa: F811
+def test_malformed_json_is_refused_when_opened(golden: tuple[Path, str], tmp_path: Path, name: str,
                                                change: Callable[[Any], Any], needle: str) -> None:
     forged = edited(golden[0], tmp_path / "forged", name, change)
     with pytest.raises(GoldenError, match=needle.replace("[", r"\[")):
@@ -116,7 +116,7 @@ def test_malformed_json_is_refused_when_opened(golden: tuple[Path, str], tmp_pat
 
 
 @pytest.mark.parametrize("name", ["manifest.json", "data.json"])
-def test_deep_nesting_is_refused(golden: tuple[Path, str], tmp_path: Path, name: str) -> None:  # noqa: F811
+def test_deep_nesting_is_refused(golden: tuple[Path, str], tmp_path: Path, name: str) -> None:
     forged = edited(golden[0], tmp_path / "forged", name, raw='{"format": "difforge-golden", "x": '
                     + "[" * 100_000 + "]" * 100_000 + "}")
     with pytest.raises(GoldenError, match="nested too deeply"):
@@ -127,7 +127,7 @@ def test_deep_nesting_is_refused(golden: tuple[Path, str], tmp_path: Path, name:
             opened(shallow)
 
 
-def test_cli_malformed_bundle_is_one_line_exit_2(golden: tuple[Path, str], tmp_path: Path) -> None:  # noqa: F811
+def test_cli_malformed_bundle_is_one_line_exit_2(golden: tuple[Path, str], tmp_path: Path) -> None:
     forged = edited(golden[0], tmp_path / "forged", "data.json", _set(["components"], "none"))
     report = tmp_path / "r"
     result = runner.invoke(app, ["validate", *DUT, "--golden", str(forged), "--out", str(report)])

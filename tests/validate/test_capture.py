@@ -135,6 +135,7 @@ def test_broken_ursa_capture_fails(tmp_path: Path) -> None:
     assert loc is not None and loc["first_divergent"] == "model.embed_tokens"
 
 
+@pytest.mark.slow  # two tiny-qwen-edit captures, each judged in another process: minutes under load (make test-slow)
 def test_qwen_edit_capture_passes_clean_and_fails_broken(tmp_path: Path) -> None:
     """Both under the kit's budget (--max-bytes 1M)."""
     clean = _capture("tiny-qwen-edit", tmp_path / "clean", "none", *BUDGET)
@@ -163,6 +164,7 @@ def test_sampler_fault_in_an_ursa_capture_fails(tmp_path: Path) -> None:
                if isinstance(v, dict)), sampler
 
 
+@pytest.mark.slow  # a tiny-qwen-edit capture judged in another process: minutes under load (make test-slow)
 def test_post_network_fault_in_a_qwen_edit_capture_fails(tmp_path: Path) -> None:
     """The true-CFG direction reversed after the network: the network's outputs are clean, so only the
     post-network stages (fed the device's own stored outputs on every side) can see it."""

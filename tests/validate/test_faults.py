@@ -218,6 +218,7 @@ def test_embedding_off_by_one_fails_validate(tmp_path: Path) -> None:
     assert data["verdict"] == "FAIL"
 
 
+@pytest.mark.slow  # a whole tiny-qwen-edit validation: minutes under load (make test-slow)
 def test_a_longer_euler_step_fails_qwen_validate_at_its_stage(tmp_path: Path) -> None:
     """A bf16 Euler update 10 % too long (after the network: the velocity itself is clean) FAILs validate on
     tiny-qwen-edit, and the step rung names the stage (issue 25's post-network rows)."""

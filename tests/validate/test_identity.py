@@ -128,6 +128,7 @@ def _opts(out: Path) -> ValidateOptions:
                            reference="cpu:float32", speed_table=False, height=128, width=128, rounds=1, warmup=0)
 
 
+@pytest.mark.slow  # two validations end to end (make test-slow)
 def test_clean_tiny_ursa_proves_its_exact_labels_and_a_planted_inexact_one_is_reported(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     clean = run_validation(_opts(tmp_path / "clean"))

@@ -41,6 +41,7 @@ def swapped_pairs_rotary(x: torch.Tensor, table) -> torch.Tensor:  # type: ignor
     return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
 
 
+@pytest.mark.slow  # a whole ladder on three seeds: minutes under load (make test-slow)
 def test_clean_tiny_ursa_passes_on_three_seeds(tmp_path: Path) -> None:
     result = run_validation(_opts("tiny-ursa", tmp_path / "r", seed=42, extra_seeds=[1, 2], speed_table=True))
     assert result.verdict is Verdict.PASS, result.rung_verdicts()

@@ -119,6 +119,7 @@ def _validate_args(model: str, out: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("fault, verdict", [("none", "PASS"), ("embedding_shift", "FAIL")])
+@pytest.mark.slow  # a shapes-ursa validation with its semantic rung, per case: minutes under load (make test-slow)
 def test_shapes_ursa_semantic_rung_passes_clean_and_fails_shifted_embeddings(tmp_path: Path, fault: str,
                                                                             verdict: str) -> None:
     """bfloat16 on the CPU against float32, the held-out captions (--quick: 4).  ``embedding_shift`` reads

@@ -10,7 +10,9 @@ one.
 from __future__ import annotations
 
 import io
+import json
 import math
+from pathlib import Path
 from typing import Any
 
 import matplotlib
@@ -21,31 +23,13 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from ..validate.thresholds import ABS_COS_FAIL, RATIO_FAIL, RATIO_PASS  # noqa: E402
 
+#: The figures' labels, one JSON object per language; the limit lines name the thresholds they draw
+#: (``{RATIO_PASS:g}`` ...), filled in here, so a changed threshold relabels its line.
+LABELS_FILE = Path(__file__).parent / "templates" / "plot_labels.json"
+LIMITS = {"RATIO_PASS": RATIO_PASS, "RATIO_FAIL": RATIO_FAIL, "ABS_COS_FAIL": ABS_COS_FAIL}
 LABELS: dict[str, dict[str, str]] = {
-    "en": {
-        "step": "denoising step", "ratio": "rel-L2 / floor's", "ratio_title": "teacher-forced step: error over the floor",
-        "cos": "1 - cosine", "cos_title": "teacher-forced step: cosine", "rel": "rel-L2",
-        "rel_title": "teacher-forced step: rel-L2 (no floor)",
-        "pass_line": f"PASS up to {RATIO_PASS:g}x", "fail_line": f"FAIL above {RATIO_FAIL:g}x",
-        "cos_line": f"FAIL below cosine {ABS_COS_FAIL:g}",
-        "traj_title": "free-running trajectory vs reference (informative)", "traj_latent": "latent rel-L2",
-        "traj_tokens": "token disagreement", "device": "device", "floor": "floor", "seed": "seed",
-        "time_title": "per-step time (timed rounds)", "ms": "ms", "round": "round",
-        "block": "block", "block_ratio": "rel-L2 / floor's", "block_cos": "1 - cosine",
-        "block_title": "block outputs at step {step}", "divergent": "divergent", "within": "within the rule",
-    },
-    "zh": {
-        "step": "去噪步", "ratio": "相对 L2 / 噪声基线", "ratio_title": "逐步教师强制：误差与噪声基线之比",
-        "cos": "1 - 余弦相似度", "cos_title": "逐步教师强制：余弦相似度", "rel": "相对 L2",
-        "rel_title": "逐步教师强制：相对 L2（无噪声基线）",
-        "pass_line": f"≤ {RATIO_PASS:g} 倍通过", "fail_line": f"> {RATIO_FAIL:g} 倍失败",
-        "cos_line": f"余弦 < {ABS_COS_FAIL:g} 失败",
-        "traj_title": "完整轨迹与参考的偏离（仅供参考）", "traj_latent": "潜变量相对 L2",
-        "traj_tokens": "token 不一致率", "device": "被测设备", "floor": "噪声基线", "seed": "种子",
-        "time_title": "逐步耗时（计时轮次）", "ms": "毫秒", "round": "轮次",
-        "block": "层", "block_ratio": "相对 L2 / 噪声基线", "block_cos": "1 - 余弦相似度",
-        "block_title": "第 {step} 步各层输出", "divergent": "分叉", "within": "在规则之内",
-    },
+    lang: {key: text.format(**LIMITS) for key, text in labels.items()}
+    for lang, labels in json.loads(LABELS_FILE.read_text(encoding="utf-8")).items()
 }
 #: The Chinese labels (the embedded font's subset must hold their characters).
 ZH_LABELS = LABELS["zh"]

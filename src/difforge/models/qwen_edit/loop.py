@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ...errors import InputError
+from ...runtime.stages import CFG, timed_stage
 
 EXACT_OPTIMISATIONS = ("batched-cfg", "real-rope", "npu-attention", "vae-2d")
 FAST_OPTIMISATIONS = ("first-block-cache", "taylorseer")
@@ -198,6 +199,7 @@ def uses_difforge_processor(transformer: torch.nn.Module) -> bool:
     return bool(blocks) and isinstance(blocks[0].attn.processor, QwenJointAttnProcessor)
 
 
+@timed_stage(CFG)
 def combine_cfg(cond: Tensor, uncond: Tensor, true_cfg: float) -> Tensor:
     """diffusers' true-CFG combine, rescaled to the conditional prediction's per-token norm."""
     combined = uncond + true_cfg * (cond - uncond)

@@ -60,6 +60,7 @@ from ...runtime.hashes import difforge_home
 from ...runtime.philox import BlockFn
 from ...runtime.progress import spinner, track
 from ...runtime.record import RunRecord
+from ...runtime.stages import CFG, timed_stage
 from ...runtime.steps import StepTimer
 from ..families import URSA
 from ..load_defaults import load_defaults
@@ -450,6 +451,7 @@ class URSAPipeline:
         return ids
 
     @staticmethod
+    @timed_stage(CFG)
     def guide(raw: torch.Tensor, scale: float) -> torch.Tensor:
         """``u + (c - u) * scale`` of stacked [cond; uncond] logits, in place in the reference's operation order."""
         cond, uncond = raw.chunk(2)

@@ -41,6 +41,7 @@ import torch
 
 from ...runtime import philox
 from ...runtime.philox import BlockFn, Word
+from ...runtime.stages import DRAWS, timed_stage
 
 if TYPE_CHECKING:
     from ...ops.triton_sampler import SamplerKernels
@@ -131,20 +132,24 @@ class PhiloxDraws:
         index = torch.arange(rows, dtype=torch.int64, device=self.device)
         return philox.grid_words(index, cols, step, draw, *self.key, inplace=rows * cols >= SMALL_GRID)
 
+    @timed_stage(DRAWS)
     def codes(self, shape: tuple[int, int], codebook_size: int) -> torch.Tensor:
         """Uniform initial codes ``[B, N]`` in ``[0, codebook_size)`` (step 0's ``DRAW_INIT`` words)."""
         return philox.integers_from_words(self._grid(*shape, 0, DRAW_INIT), codebook_size)
 
+    @timed_stage(DRAWS)
     def uniform(self, shape: tuple[int, int], step: int) -> torch.Tensor:
         """float32 uniforms in (0, 1) of ``shape`` ``[B, N]`` for ``step``'s jump decision."""
         if self.kernels is not None:
             return self.kernels.uniform(shape, step, DRAW_JUMP_U, *self.key, self.device)
         return philox.uniform_from_words(self._grid(*shape, step, DRAW_JUMP_U))
 
+    @timed_stage(DRAWS)
     def categorical_logits(self, logits: torch.Tensor, step: int, draw: int) -> torch.Tensor:
         """One code per row of softmax(``logits [..., K]``): int64 ``logits.shape[:-1]``; ``logits`` is not changed."""
         return self._draw(logits.flatten(0, -2), step, draw, None, True).view(logits.shape[:-1])
 
+    @timed_stage(DRAWS)
     def categorical_weights(
         self, weights: torch.Tensor, step: int, draw: int, rows: torch.Tensor | None = None
     ) -> torch.Tensor:
@@ -198,6 +203,7 @@ def _host_empty(shape: tuple[int, ...], dtype: torch.dtype, pin: bool) -> torch.
     return torch.empty(shape, dtype=dtype)
 
 
+@timed_stage(DRAWS)
 def categorical(prob: torch.Tensor, generator: torch.Generator | Draws) -> torch.Tensor:
     """One code per row of ``prob [..., K]`` (unnormalised weights are fine); int64 ``prob.shape[:-1]``."""
     draws = as_draws(generator)
@@ -210,6 +216,7 @@ def categorical(prob: torch.Tensor, generator: torch.Generator | Draws) -> torch
     return out.view(prob.shape[:-1])
 
 
+@timed_stage(DRAWS)
 def skip_categorical(shape: tuple[int, ...], dtype: torch.dtype, generator: torch.Generator | Draws) -> None:
     """Advance the stream exactly as :func:`categorical` on a ``shape`` tensor would, drawing nothing else.
 
@@ -224,6 +231,7 @@ def skip_categorical(shape: tuple[int, ...], dtype: torch.dtype, generator: torc
     torch.empty(shape, dtype=dtype).exponential_(1, generator=draws.generator)
 
 
+@timed_stage(DRAWS)
 def uniform(
     shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, generator: torch.Generator | Draws
 ) -> torch.Tensor:
@@ -233,6 +241,7 @@ def uniform(
     return u if device.type == "cpu" else u.to(device, non_blocking=True)
 
 
+@timed_stage(DRAWS)
 def random_codes(shape: tuple[int, ...], codebook_size: int, device: torch.device, generator: torch.Generator) -> torch.Tensor:
     """Uniform initial codes in ``[0, codebook_size)``, int64, as the reference's ``random_(to=K)``."""
     x = torch.ones(shape, dtype=torch.int64).random_(to=codebook_size, generator=generator)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
+from ...runtime.stages import SAMPLER, timed_stage
 from .config import SchedulerConfig
 from .sampling import DRAW_JUMP, DRAW_X1, Draws, as_draws, categorical, skip_categorical, uniform
 
@@ -172,6 +173,7 @@ class DFMScheduler:
     def timesteps(self, num_steps: int) -> list[float]:
         return [self.t(i, num_steps) for i in range(num_steps)]
 
+    @timed_stage(SAMPLER)
     def step(
         self, logits: torch.Tensor, i: int, num_steps: int, x: torch.Tensor, generator: torch.Generator | Draws
     ) -> torch.Tensor:
@@ -218,6 +220,7 @@ class DFMScheduler:
         # every row drawn; a row that cannot jump (all-zero rate) gives some index, discarded by the where
         return torch.where(jump, ph.categorical_weights(v, i, DRAW_JUMP), x)
 
+    @timed_stage(SAMPLER)
     def skip_first_step(
         self, shape: tuple[int, int, int], dtype: torch.dtype, generator: torch.Generator | Draws
     ) -> None:
