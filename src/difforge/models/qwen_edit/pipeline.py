@@ -32,7 +32,7 @@ from ...runtime.record import RunRecord
 from ...runtime.steps import StepTimer
 from ..checkpoint import library_panics
 from ..families import QWEN_EDIT_PLUS
-from ..load_defaults import load_defaults
+from ..load_defaults import load_inputs
 from .loader import choose_attention, load_pipeline, place, record_offload, set_vae_tiling
 from .loop import Denoiser, Prepared, SpeedOptions, denoise, schedule
 from .memory import check_call_memory
@@ -112,12 +112,11 @@ class QwenEditPipeline:
     ) -> QwenEditPipeline:
         """Load a diffusers-layout folder.  ``QwenEditPipeline.from_pretrained(path)`` alone works too:
         the device defaults to ``auto`` and the dtype to float32 on the CPU (the backend's choice elsewhere)."""
-        folder = Path(folder)
-        backend, dtype, cfg, record = load_defaults(folder, "edit", backend, dtype, cfg, record)
+        folder, backend, dtype, cfg, record = load = load_inputs(folder, "edit", backend, dtype, cfg, record)
         options = SpeedOptions.from_config(cfg)
         # An fp8 file goes straight to the device when the whole pipeline will live there anyway.
         direct = backend.device if cfg.offload in ("none", "before-decode") else "cpu"
-        with record.phase("load", backend):
+        with load.phase():
             loaded = load_pipeline(
                 folder, dtype, record, transformer_file=cfg.transformer_file, quiet=cfg.quiet, transformer_device=direct,
                 backend=backend, cfg=cfg,
