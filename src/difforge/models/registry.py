@@ -1,8 +1,9 @@
 """``--model`` to a folder and family, and each family to its pipeline and probe classes.
 
-The one place that knows every family: it sits above the family packages (importing each lazily, so
-one family's import cost or failure stays its own) and below the engine and validate, which ask it
-instead of naming a family themselves.
+The one place the engine and validate ask about families: every answer is a lookup of the family's
+:class:`~.family.Family` record (declared in :mod:`.families`, one line each; :func:`register` adds one
+at run time), which names its pieces by dotted path, so one family's import cost or failure stays its
+own.  Nothing here names a family.
 """
 
 from __future__ import annotations
@@ -10,8 +11,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..errors import DifforgeError, ModelFamilyError, ModelNotFoundError
-from .families import QWEN_EDIT, QWEN_EDIT_PLUS, TASK_FAMILIES, URSA, detect_family
+from ..errors import ModelFamilyError, ModelNotFoundError
+from .families import (
+    QWEN_EDIT,
+    QWEN_EDIT_PLUS,
+    URSA,
+    detect_family,
+    families,
+    family_record,
+    register,
+    task_families,
+)
+from .family import Family
 from .tiny import TINY_MODELS, ensure_tiny
 from .trained import TRAINED_MODELS, default_prompt_set, default_prompts, default_source, trained_path
 
@@ -34,8 +45,8 @@ def resolve_model(model: str, task: str | None = None) -> tuple[Path, str]:
         if not folder.is_dir():
             raise ModelNotFoundError(f"--model must be a folder, but {folder} is a file.")
         family = detect_family(folder)
-    if task is not None and family not in TASK_FAMILIES[task]:
-        want = " or ".join(TASK_FAMILIES[task])
+    if task is not None and family not in task_families(task):
+        want = " or ".join(task_families(task))
         raise ModelFamilyError(f"{model} is a {family} model, but 'difforge {task}' needs a {want} model.")
     return folder, family
 
@@ -47,57 +58,31 @@ def family_of(model: str) -> str:
 
 def pipeline_class(family: str) -> Any:
     """The pipeline class of ``family`` (``from_pretrained(folder, backend, dtype, cfg, record, op_overrides)``)."""
-    if family == URSA:
-        from .ursa import URSAPipeline
-
-        return URSAPipeline
-    if family in (QWEN_EDIT, QWEN_EDIT_PLUS):
-        from .qwen_edit import QwenEditPipeline
-
-        return QwenEditPipeline
-    raise DifforgeError(f"No pipeline for model family '{family}'.")
+    return family_record(family).pipeline_class()
 
 
 def probe_class(family: str) -> Any:
     """The :class:`~difforge.models.probing.Probe` class validation wraps around a ``family`` pipeline."""
-    if family == URSA:
-        from .ursa.probe import URSAProbe
-
-        return URSAProbe
-    if family in (QWEN_EDIT, QWEN_EDIT_PLUS):
-        from .qwen_edit.probe import QwenEditProbe
-
-        return QwenEditProbe
-    raise DifforgeError(f"No validation probe for model family '{family}'.")
+    return family_record(family, "validation probe").probe_class()
 
 
 def check_speed_names(family: str, disable: list[str], fast: list[str], compile: bool = False) -> None:
     """Refuse ``--disable`` / ``--fast`` names ``family`` does not know, with the family's own InputError
     (the check ``generate``/``edit`` reach at load or run time), before anything loads."""
-    if family == URSA:
-        from .ursa.call import check_optimisation_names
-
-        check_optimisation_names(disable, fast)
-    elif family in (QWEN_EDIT, QWEN_EDIT_PLUS):
-        from .qwen_edit.loop import SpeedOptions
-
-        SpeedOptions.parse(disable, fast, compile)
-    else:
-        raise DifforgeError(f"No pipeline for model family '{family}'.")
+    family_record(family).check_speed_names(disable, fast, compile)
 
 
 def same_stream_names(family: str, stream_default: str, disable: list[str], fast: list[str]) -> tuple[list[str], list[str]]:
     """``(disable, fast)`` names that put another side of a comparison (a reference, a floor) on the random
     stream a run with ``disable``/``fast`` draws from on a backend whose default is ``stream_default``
-    (``Backend.random_stream``).  URSA: ``philox-rng`` either way; other families draw every number from
-    the CPU generator on every device, so they need none."""
-    if family != URSA:
-        return [], []
-    from .ursa.call import PHILOX_RNG, random_stream
+    (``Backend.random_stream``): the family's stream rule (URSA: ``philox-rng`` either way); a family
+    without one draws every number from the CPU generator on every device, so it needs none."""
+    return family_record(family).same_stream_names(stream_default, disable, fast)
 
-    if random_stream(stream_default, disable, fast) == "philox":
-        return [], [PHILOX_RNG]
-    return [PHILOX_RNG], []
+
+def primary_outputs() -> tuple[str, ...]:
+    """The per-step output keys validation compares first, one per registered family's record (no repeats)."""
+    return tuple(dict.fromkeys(f.primary_output for f in families()))
 
 
 def probe_for(pipeline: Any) -> Any:
@@ -105,8 +90,9 @@ def probe_for(pipeline: Any) -> Any:
     return probe_class(pipeline.family)(pipeline)
 
 
-__all__ = ["QWEN_EDIT", "QWEN_EDIT_PLUS", "URSA", "check_speed_names", "detect_family", "family_of", "pipeline_class",
-           "probe_class", "probe_for", "resolve_model", "same_stream_names"]
+__all__ = ["QWEN_EDIT", "QWEN_EDIT_PLUS", "URSA", "Family", "check_speed_names", "detect_family", "families",
+           "family_of", "family_record", "pipeline_class", "primary_outputs", "probe_class", "probe_for", "register",
+           "resolve_model", "same_stream_names"]
 
 
 def prompt_set_for(model: str, n: int) -> Any:

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from ..config import RunConfig
+from ..models.registry import primary_outputs
 from .components import floor_ratio, judge_floor
 from .metrics import cosine, tensor_compare
 from .thresholds import (
@@ -27,9 +28,6 @@ from .thresholds import (
     token_allowance,
 )
 from .verdict import Row, RungResult, Verdict
-
-#: Output keys compared per step, by preference: Qwen's velocity, URSA's logits.
-PRIMARY_KEYS = ("noise_pred", "logits")
 
 
 @dataclass
@@ -55,7 +53,9 @@ def _cpu(v: Any) -> Any:
 
 
 def primary_key(outputs: dict[str, torch.Tensor]) -> str:
-    for key in PRIMARY_KEYS:
+    """The output compared per step: the first registered family's primary output (its record's
+    ``primary_output``: Qwen's velocity, URSA's logits) present, else the first floating one."""
+    for key in primary_outputs():
         if key in outputs:
             return key
     for key, value in outputs.items():

@@ -1,8 +1,10 @@
 """The Qwen-Image-Edit family pipeline: diffusers' components, difforge's loop.
 
-The stages are those of diffusers' ``QwenImageEditPipeline.__call__`` / ``QwenImageEditPlusPipeline.
-__call__`` (check inputs, encode prompt and references, prepare noise and timesteps, denoise with
-true CFG, decode), run here one by one so each is a timed RunRecord phase, each step is timed and
+The call reads top to bottom in numbered stages (:meth:`QwenEditPipeline._run`), those of diffusers'
+``QwenImageEditPipeline.__call__`` / ``QwenImageEditPlusPipeline.__call__`` (check inputs, encode
+prompt and references, prepare noise and timesteps, denoise with true CFG, decode) plus difforge's
+own (bring the modules to the call's settings, check the memory it needs), run here one by one so
+each is a timed RunRecord phase, each step is timed and
 observable (``step_hook``), the prepared state of a run can be had again for teacher-forced
 validation (``prepared_for``; the steps themselves are recomputed by :mod:`.probe`), and the
 weights can leave the device before the VAE decode.  For the same inputs the result equals
@@ -32,7 +34,8 @@ from ...runtime.record import RunRecord
 from ...runtime.steps import StepTimer
 from ..checkpoint import library_panics
 from ..families import QWEN_EDIT_PLUS
-from ..load_defaults import load_defaults
+from ..load_defaults import load_inputs
+from .call import EditCall, RunSettings, StepHook
 from .loader import choose_attention, load_pipeline, place, record_offload, set_vae_tiling
 from .loop import Denoiser, Prepared, SpeedOptions, denoise, schedule
 from .memory import check_call_memory
@@ -47,8 +50,6 @@ DROPPED_PROMPT_TOKENS = 64
 #: When CFG is on and no negative prompt is given, use the published recipe's " " (diffusers would
 #: otherwise switch CFG off without telling anyone).
 DEFAULT_NEGATIVE_PROMPT = " "
-
-StepHook = Callable[[int, dict[str, Tensor], dict[str, Tensor]], None]
 
 
 def _cpu(t: Tensor) -> Tensor:
@@ -85,16 +86,11 @@ class QwenEditPipeline:
         self.dtype = dtype
         self.settings = settings
         self.folder = folder
-        #: The speed and memory options in force; each run brings them to its own cfg (:meth:`configure`).
-        self.options = options or SpeedOptions()
-        self.offload = offload
-        self.vae_tiling = vae_tiling
+        #: The speed and memory settings the modules are set up for; a call brings them to its own (:meth:`configure`).
+        self.installed = RunSettings.loaded(options or SpeedOptions(), offload, vae_tiling)
         self._processor_locked = processor_locked  # an attention override owns the processors
         #: The adaptations in force, copied into every run's record.
         self._in_force = in_force if in_force is not None else RunRecord(kind="edit")
-        disable, fast = self.options.names()
-        self._speed_cfg: dict[str, Any] = {"disable": disable, "fast": fast, "compile": self.options.compile,
-                                           "offload": offload, "vae_tiling": vae_tiling}
         self._released = False  # before-decode moved the transformer and text encoder to the host
         self._prepared: Prepared | None = None
         self._ulysses = ""  # --parallel ulysses=N: what the record says about the split
@@ -112,12 +108,11 @@ class QwenEditPipeline:
     ) -> QwenEditPipeline:
         """Load a diffusers-layout folder.  ``QwenEditPipeline.from_pretrained(path)`` alone works too:
         the device defaults to ``auto`` and the dtype to float32 on the CPU (the backend's choice elsewhere)."""
-        folder = Path(folder)
-        backend, dtype, cfg, record = load_defaults(folder, "edit", backend, dtype, cfg, record)
+        folder, backend, dtype, cfg, record = load = load_inputs(folder, "edit", backend, dtype, cfg, record)
         options = SpeedOptions.from_config(cfg)
         # An fp8 file goes straight to the device when the whole pipeline will live there anyway.
         direct = backend.device if cfg.offload in ("none", "before-decode") else "cpu"
-        with record.phase("load", backend):
+        with load.phase():
             loaded = load_pipeline(
                 folder, dtype, record, transformer_file=cfg.transformer_file, quiet=cfg.quiet, transformer_device=direct,
                 backend=backend, cfg=cfg,
@@ -148,17 +143,33 @@ class QwenEditPipeline:
         return cls(pipe, loaded.checked.family, backend, dtype, settings, cfg.offload, folder, options,
                    vae_tiling=cfg.vae_tiling, processor_locked="attention" in installed, in_force=in_force)
 
-    # ---- per-run options ----------------------------------------------------------------------
-    def configure(self, cfg: RunConfig, record: RunRecord | None = None) -> None:
-        """Bring the pipeline to ``cfg``'s speed and memory options; write the adaptations in force to ``record``.
+    # ---- per-run settings ---------------------------------------------------------------------
+    @property
+    def options(self) -> SpeedOptions:
+        """The speed-ups the modules are set up for."""
+        return self.installed.options
+
+    @property
+    def offload(self) -> str:
+        """The offload plan in force."""
+        return self.installed.offload
+
+    @property
+    def vae_tiling(self) -> bool:
+        """Whether the VAE decodes in tiles."""
+        return self.installed.vae_tiling
+
+    def settings_for(self, cfg: RunConfig) -> RunSettings:
+        """``cfg``'s settings, checked against this loaded pipeline; nothing changes.
 
         Switchable on a loaded pipeline: the exact speed-ups (``cfg.disable``), the step caches
-        (``cfg.fast``), VAE tiling, and ``--offload none`` / ``before-decode``.  ``--compile`` and the
-        accelerate offload plans are set up at load: a run that asks for other ones is an
-        ``InputError`` (reload the pipeline).  Everything is checked before anything changes; the
-        plan itself is one of ``config.OFFLOAD_PLANS`` (``RunConfig.validate`` refuses any other).
+        (``cfg.fast``), VAE tiling, and ``--offload none`` / ``before-decode``.  ``--compile``, the
+        accelerate offload plans and a ulysses split are set up at load: a run that asks for other ones
+        is an ``InputError`` (reload the pipeline).  The plan itself is one of ``config.OFFLOAD_PLANS``
+        (``RunConfig.validate`` refuses any other).
         """
-        run = SpeedOptions.from_config(cfg)
+        settings = RunSettings.of(cfg)
+        run = settings.options
         from .ulysses import split_for
 
         split = split_for(self.pipe.transformer)
@@ -173,33 +184,50 @@ class QwenEditPipeline:
                 f"This pipeline was loaded with --offload {self.offload}; reload the pipeline to run with --offload"
                 f" {cfg.offload}."
             )
-        state = self._in_force
-        if run != self.options:
+        return settings
+
+    def configure(self, cfg: RunConfig, record: RunRecord | None = None) -> RunSettings:
+        """Stage 2 of a call: ``cfg``'s settings (:meth:`settings_for`), the modules brought to them, and the
+        adaptations in force written to ``record``; returns the settings the call runs with.
+
+        Only what differs from :attr:`installed` is switched (a call with the settings in force changes
+        nothing); everything is checked before anything changes.
+        """
+        settings = self.settings_for(cfg)
+        self._install(settings)
+        if record is not None and record is not self._in_force:
+            self._record_in_force(record, settings)
+        return settings
+
+    def _install(self, settings: RunSettings) -> None:
+        """Switch the modules from :attr:`installed` to ``settings`` (speed-ups, offload, tiling), noting each
+        change in the adaptations in force."""
+        state, current, run = self._in_force, self.installed, settings.options
+        if run != current.options:
             transformer = self.pipe.transformer
             replaced = install_exact(transformer, run, state, processor_installed=self._processor_locked)
-            if not self._processor_locked and (replaced or run.npu_attention != self.options.npu_attention):
+            if not self._processor_locked and (replaced or run.npu_attention != current.options.npu_attention):
                 choose_attention(self.pipe, self.backend, self.dtype, state, allow_npu=run.npu_attention)
-            install_fast(transformer, run, state, current=self.options)
+            install_fast(transformer, run, state, current=current.options)
             install_vae_convs(self.pipe.vae, run, state)
-            self.options = run
-        if cfg.offload != self.offload:
+        if settings.offload != current.offload:
             self.restore_weights()
-            self.offload = cfg.offload
-            record_offload(cfg.offload, state)
-        if bool(cfg.vae_tiling) != self.vae_tiling:
-            set_vae_tiling(self.pipe, bool(cfg.vae_tiling), state)
-            self.vae_tiling = bool(cfg.vae_tiling)
-        self._speed_cfg = {"disable": list(cfg.disable), "fast": list(cfg.fast), "compile": bool(cfg.compile),
-                           "offload": cfg.offload, "vae_tiling": bool(cfg.vae_tiling)}
-        if record is None or record is state:
-            return
+            record_offload(settings.offload, state)
+        if settings.vae_tiling != current.vae_tiling:
+            set_vae_tiling(self.pipe, settings.vae_tiling, state)
+        self.installed = settings
+
+    def _record_in_force(self, record: RunRecord, settings: RunSettings) -> None:
+        """The adaptations in force, as this call's ``record`` lines (a switched-off one's line removed)."""
+        state = self._in_force
         in_force = {a.what for a in state.adaptations}
         for what in RUN_SWITCHABLE:
             if what not in in_force:
                 forget(record, what)
         for a in state.adaptations:
             record.adapt(a.what, a.choice, a.exact, a.detail)
-        record.extra["speed"] = {"disable": list(cfg.disable), "fast": list(cfg.fast), "compile": bool(cfg.compile)}
+        record.extra["speed"] = {"disable": list(settings.disable), "fast": list(settings.fast),
+                                 "compile": settings.options.compile}
 
     # ---- properties ---------------------------------------------------------------------------
     @property
@@ -250,7 +278,7 @@ class QwenEditPipeline:
             return None
         return DEFAULT_NEGATIVE_PROMPT if cfg.negative_prompt is None else cfg.negative_prompt
 
-    # ---- stages -------------------------------------------------------------------------------
+    # ---- building blocks of the stages ------------------------------------------------------------
     def references(self, images: list[PIL.Image.Image]) -> References:
         """The references as the VL encoder and the VAE see them (this folder's areas)."""
         return prepare_references(
@@ -323,38 +351,6 @@ class QwenEditPipeline:
             return Denoiser(self.pipe.transformer, batched_cfg=False, sequence=group)
         return Denoiser(self.pipe.transformer, batched_cfg=SpeedOptions.from_config(cfg).batched_cfg, split=split)
 
-    def _denoise(
-        self, cfg: RunConfig, p: Prepared, steps: int, record: RunRecord, step_hook: StepHook | None
-    ) -> Tensor:
-        timesteps = self._timesteps(p, steps)
-        denoiser = self.denoiser(cfg)
-        if denoiser.split is not None:
-            if not p.do_cfg:
-                raise InputError("--parallel cfg splits true CFG's two branches over two ranks; this run has no CFG "
-                                 "(--true-cfg must be above 1).")
-            record.adapt("true CFG", f"cfg-parallel: conditional on rank 0, unconditional on rank 1 "
-                         f"({denoiser.split.dist_backend}, one all-gather per step)")
-        if denoiser.sequence is not None:
-            record.adapt("sequence parallel", self._ulysses,
-                         detail="true CFG as two calls per step (a padded batch would need a mask split over ranks)")
-        timer = StepTimer(self.backend)
-
-        def on_step(i: int, latents: Tensor, t: Tensor, velocity: Tensor, stepped: Tensor) -> None:
-            if step_hook is not None:
-                step_hook(
-                    i,
-                    {"latents": _cpu(latents), "timestep": _cpu(t)},
-                    {"noise_pred": _cpu(velocity), "latents": _cpu(stepped)},
-                )
-            timer.mark()
-
-        progress = track(enumerate(timesteps), total=len(timesteps), description="denoise", quiet=cfg.quiet)
-        timer.start()
-        latents = denoise(denoiser, self.pipe.scheduler, p, timesteps, cfg.true_cfg, on_step, steps=progress)
-        record.step_times_s = timer.durations()
-        record.extra["forwards_per_step"] = denoiser.forwards_per_step(p)
-        return latents
-
     def _release_before_decode(self) -> None:
         """``before-decode``: only the VAE stays on the device for the decode."""
         self.pipe.transformer.to("cpu")
@@ -387,7 +383,7 @@ class QwenEditPipeline:
         image = vae.decode(latents, return_dict=False)[0][:, :, 0]
         return pipe.image_processor.postprocess(image, output_type="pil")
 
-    # ---- the run ------------------------------------------------------------------------------
+    # ---- the call: both styles, then its numbered stages ------------------------------------------
     @torch.inference_mode()
     def __call__(
         self,
@@ -429,7 +425,7 @@ class QwenEditPipeline:
             raise InputError(f"output_type must be 'pil' or 'np', got {output_type!r}.")
         images = [image] if isinstance(image, PIL.Image.Image) else list(image)
         cfg = RunConfig(model=str(self.folder), prompt=prompt, negative_prompt=negative_prompt, true_cfg=true_cfg_scale,
-                        height=height, width=width, steps=num_inference_steps, quiet=True, **self._speed_cfg)
+                        height=height, width=width, steps=num_inference_steps, quiet=True, **self.installed.config_fields())
         out = self._run(cfg, RunRecord(kind="edit"), images, None, generator=generator)
         if output_type == "np":
             return EditOutput(images=np.stack([np.asarray(im, dtype=np.float32) / 255.0 for im in out]))
@@ -443,25 +439,92 @@ class QwenEditPipeline:
         step_hook: StepHook | None = None,
         generator: torch.Generator | None = None,
     ) -> list[PIL.Image.Image]:
+        """Both call styles' one path, in numbered stages (each a method below)."""
+        # 1. check inputs
+        call = self.check_inputs(cfg, record, images, step_hook, generator)
+        # 2. bring the modules to the call's settings
+        settings = self.configure(cfg, record)
+        # 3. check the memory the call needs
+        self.check_memory(call)
+        # 4. encode prompt and references, draw the noise
+        prepared = self.encode(call)
+        # 5. denoise
+        latents = self.denoise_latents(call, prepared)
+        # 6. decode
+        return self.decode_output(call, settings, prepared, latents)
+
+    def check_inputs(
+        self,
+        cfg: RunConfig,
+        record: RunRecord,
+        images: list[PIL.Image.Image] | None,
+        step_hook: StepHook | None = None,
+        generator: torch.Generator | None = None,
+    ) -> EditCall:
+        """Stage 1: the references checked for this family, the step count and the output size (size errors
+        before any work)."""
         images = check_images(images, self.plus)
         steps = self._steps(cfg)
-        height, width = self.output_size(cfg, images)  # size errors before any work
-        self.configure(cfg, record)
-        check_call_memory(self, cfg, images, height, width, record)  # refuse a size that cannot fit, before allocating
+        height, width = self.output_size(cfg, images)
+        return EditCall(cfg, record, images, steps, height, width, step_hook, generator)
+
+    def check_memory(self, call: EditCall) -> None:
+        """Stage 3: refuse a size that cannot fit, before allocating; then the weights back on the device."""
+        check_call_memory(self, call.cfg, call.images, call.height, call.width, call.record)
         self.restore_weights()
-        with record.phase("encode", self.backend):
-            prepared = self._prepare(cfg, images, generator)
+
+    def encode(self, call: EditCall) -> Prepared:
+        """Stage 4: prompt(s) and references encoded, the initial noise drawn (the ``encode`` phase)."""
+        with call.record.phase("encode", self.backend):
+            return self._prepare(call.cfg, call.images, call.generator)
+
+    def denoise_latents(self, call: EditCall, p: Prepared) -> Tensor:
+        """Stage 5: the timesteps, this run's denoiser and its loop (the ``denoise`` phase), each step timed and
+        handed to the call's ``step_hook``."""
+        cfg, record, step_hook = call.cfg, call.record, call.step_hook
         with record.phase("denoise", self.backend):
-            latents = self._denoise(cfg, prepared, steps, record, step_hook)
-        if self.offload == "before-decode":
+            timesteps = self._timesteps(p, call.steps)
+            denoiser = self.denoiser(cfg)
+            if denoiser.split is not None:
+                if not p.do_cfg:
+                    raise InputError("--parallel cfg splits true CFG's two branches over two ranks; this run has no "
+                                     "CFG (--true-cfg must be above 1).")
+                record.adapt("true CFG", f"cfg-parallel: conditional on rank 0, unconditional on rank 1 "
+                             f"({denoiser.split.dist_backend}, one all-gather per step)")
+            if denoiser.sequence is not None:
+                record.adapt("sequence parallel", self._ulysses, detail="true CFG as two calls per step (a padded "
+                             "batch would need a mask split over ranks)")
+            timer = StepTimer(self.backend)
+
+            def on_step(i: int, latents: Tensor, t: Tensor, velocity: Tensor, stepped: Tensor) -> None:
+                if step_hook is not None:
+                    step_hook(
+                        i,
+                        {"latents": _cpu(latents), "timestep": _cpu(t)},
+                        {"noise_pred": _cpu(velocity), "latents": _cpu(stepped)},
+                    )
+                timer.mark()
+
+            progress = track(enumerate(timesteps), total=len(timesteps), description="denoise", quiet=cfg.quiet)
+            timer.start()
+            latents = denoise(denoiser, self.pipe.scheduler, p, timesteps, cfg.true_cfg, on_step, steps=progress)
+            record.step_times_s = timer.durations()
+            record.extra["forwards_per_step"] = denoiser.forwards_per_step(p)
+        return latents
+
+    def decode_output(self, call: EditCall, settings: RunSettings, p: Prepared, latents: Tensor) -> list[PIL.Image.Image]:
+        """Stage 6: ``before-decode`` weights to the host, the VAE decode (the ``decode`` phase), the run's record
+        lines."""
+        record = call.record
+        if settings.offload == "before-decode":
             self._release_before_decode()
-        with record.phase("decode", self.backend), spinner("decoding", cfg.quiet):
-            out = self.decode(latents, prepared.height, prepared.width)
+        with record.phase("decode", self.backend), spinner("decoding", call.cfg.quiet):
+            out = self.decode(latents, p.height, p.width)
         self.pipe.maybe_free_model_hooks()
-        record.extra["tokens"] = self._token_counts(prepared)
-        record.extra["steps"] = steps
-        record.extra["true_cfg"] = prepared.do_cfg
-        record.extra["output_size"] = [prepared.width, prepared.height]
+        record.extra["tokens"] = self._token_counts(p)
+        record.extra["steps"] = call.steps
+        record.extra["true_cfg"] = p.do_cfg
+        record.extra["output_size"] = [p.width, p.height]
         return out
 
     @staticmethod

@@ -63,7 +63,7 @@ from ...runtime.record import RunRecord
 from ...runtime.stages import CFG, timed_stage
 from ...runtime.steps import StepTimer
 from ..families import URSA
-from ..load_defaults import load_defaults
+from ..load_defaults import load_inputs
 from .call import (
     DEFAULT_STEPS,
     Optimisations,
@@ -147,9 +147,8 @@ class URSAPipeline:
     ) -> URSAPipeline:
         """Load a checkpoint folder.  diffusers-style ``URSAPipeline.from_pretrained(path)`` works too:
         the device defaults to ``auto`` and the dtype to float32 on the CPU (the backend's choice elsewhere)."""
-        folder = Path(folder)
-        backend, dtype, cfg, record = load_defaults(folder, "generate", backend, dtype, cfg, record)
-        with record.phase("load", backend):
+        folder, backend, dtype, cfg, record = load = load_inputs(folder, "generate", backend, dtype, cfg, record)
+        with load.phase():
             ckpt = URSACheckpoint.read_configs(folder)
             ops = select_ops(backend, op_overrides)
             transformer = ckpt.load_transformer(dtype, backend, record).to(device=backend.device, dtype=dtype)
