@@ -271,6 +271,10 @@ EXACT_EXAMPLES: list[tuple[str, str]] = [
      '端到端 RMSE / 噪声基线'),
     ("informative on a shared stream: the picture's tokens are judged step by step and its pixels from the device's own tokens (the rows below)",
      '共享随机流上仅供参考：图像的 token 按步判定，像素按被测设备自身的 token 判定（见下方各行）'),
+    ('eager (auto)',
+     'eager（自动选择）'),
+    ('not bit for bit',
+     '并非逐位一致'),
 ]
 
 #: PATTERNS: sentences as the rungs, the ladder, the runner and the pipelines build them (numbers and names
@@ -717,6 +721,20 @@ PATTERN_EXAMPLES: list[tuple[str, str]] = [
      '沿被测设备自身路径逐步比对 token：最多 7.8% 与参考的同一步不同（噪声基线 4.7%；为噪声基线 + 容许量的 1.17 倍）'),
     ("image RMSE at most 0.95x the emulated bfloat16 on cpu float32 kernels floor (PSNR 15.3 dB worst); tokens step by step along the device's path: worst 7.8% differ from the reference's step (floor 4.7%; 1.17x floor + allowance)",
      '图像 RMSE 最大为噪声基线（cpu float32 内核模拟的 bfloat16）的 0.95 倍（最差 PSNR 15.3 dB）；沿被测设备自身路径逐步比对 token：最多 7.8% 与参考的同一步不同（噪声基线 4.7%；为噪声基线 + 容许量的 1.17 倍）'),
+    ('Off-identity: on this device the exact optimisations lm-head-slice change the picture (0.42 % of pixels differ, up to 12 levels) against their off state, so here they are approximate optimisations; the rungs above judged the validated run with them on.',
+     '关闭一致性检查：在本设备上，等价优化 lm-head-slice 与关闭时相比改变了图像（0.42 % 的像素不同，最大相差 12 级），因此在此处为近似优化；以上各级验证已在开启它的情况下评判了被验证的运行。'),
+    ('inductor: regional (decoder layer), chosen automatically',
+     'inductor：区域编译（decoder layer），自动选择'),
+    ("auto: eager; compile is never chosen unasked on cpu (the reference's device keeps eager's exact tokens; --compile asks)",
+     '自动：eager；在 cpu 上从不自动编译（参考设备保持 eager 的精确 token；可用 --compile 请求）'),
+    ('auto: eager; no compiler here (triton missing)',
+     '自动：eager；此处没有可用的编译器（triton missing）'),
+    ('auto: eager; no eager step measured yet at this size to estimate the saving',
+     '自动：eager；此尺寸下没有测得 eager 步时，无法预计编译是否值得'),
+    ('auto: compiled by an earlier call of this pipeline (cost already paid)',
+     '自动：已由本流水线之前的调用编译（编译耗时已付出）'),
+    ('auto: compiled; 500 + 25 steps x 52.2 ms x 0.30 saved = 8.2 s >= 5 s estimated compile (warm cache); mode default; not bit for bit',
+     '自动：编译；500 + 25 步 × 52.2 ms × 可减少的比例 0.30 = 8.2 s >= 预计编译耗时 5 s（缓存已热）；模式 default；并非逐位一致'),
 ]
 
 EXAMPLES = EXACT_EXAMPLES + PATTERN_EXAMPLES

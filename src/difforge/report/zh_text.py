@@ -856,7 +856,7 @@ rule(r"Off-identity: on this device the exact optimisations (?P<names>.+) change
      r"differ, up to (?P<lv>\d+) levels\) against their off state, so here they are approximate optimisations; the "
      r"rungs above judged the validated run with them on\.",
      "关闭一致性检查：在本设备上，等价优化 {names} 与关闭时相比改变了图像（{p} % 的像素不同，最大相差 {lv} 级），"
-     "因此在此处它们属于近似优化；上述各级验证已在开启它们的情况下评判了被验证的运行。")
+     "因此在此处为近似优化；以上各级验证已在开启它的情况下评判了被验证的运行。")
 
 # ---- the compile line of an unasked choice (devices/compile.py auto_compile; models/ursa/pipeline.py) -----------
 EXACT["eager (auto)"] = "eager（自动选择）"
@@ -865,13 +865,13 @@ rule(r"auto: eager; compile is never chosen unasked on (?P<dev>\w+) \(the refere
      r"tokens; --compile asks\)", "自动：eager；在 {dev} 上从不自动编译（参考设备保持 eager 的精确 token；可用 --compile 请求）")
 rule(r"auto: eager; no compiler here \((?P<why>.+)\)", "自动：eager；此处没有可用的编译器（{why}）")
 rule(r"auto: eager; no eager step measured yet at this size to estimate the saving",
-     "自动：eager；此尺寸下尚未测得 eager 步时，无法估计收益")
+     "自动：eager；此尺寸下没有测得 eager 步时，无法预计编译是否值得")
 rule(r"auto: compiled by an earlier call of this pipeline \(cost already paid\)",
-     "自动：已由本流水线之前的调用编译（编译开销已付）")
+     "自动：已由本流水线之前的调用编译（编译耗时已付出）")
 rule(r"auto: (?P<choice>compiled|eager); (?P<done>\d+) \+ (?P<now>\d+) steps x (?P<ms>NUM) ms x (?P<share>NUM) saved = "
      r"(?P<lost>NUM) s (?P<cmp>>=|<) (?P<cost>NUM) s estimated compile \((?P<cache>warm|cold) cache\)"
      r"(?P<rest>; .+)?",
-     "自动：{choice}；{done} + {now} 步 × {ms} ms × 节省比例 {share} = {lost} s {cmp} 预计编译耗时 {cost} s（{cache}）{rest}",
+     "自动：{choice}；{done} + {now} 步 × {ms} ms × 可减少的比例 {share} = {lost} s {cmp} 预计编译耗时 {cost} s（{cache}）{rest}",
      choice=_word({"compiled": "编译", "eager": "eager"}), cache=_word({"warm": "缓存已热", "cold": "缓存为冷"}),
      rest=lambda s: "；" + "；".join(_t(p) for p in s[2:].split("; ")))
 EXACT.setdefault("not bit for bit", "并非逐位一致")
